@@ -1,0 +1,104 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+let package = Package(
+  name: "mount9bbs",
+  platforms: [.macOS(.v15)],
+  products: [
+    .executable(name: "mount9bbs", targets: ["Mount9BBSCommand"]),
+    .executable(name: "9bbsd", targets: ["BBSDaemonCommand"]),
+    .library(name: "NinePProtocol", targets: ["NinePProtocol"]),
+    .library(name: "NinePTransport", targets: ["NinePTransport"]),
+    .library(name: "NinePClient", targets: ["NinePClient"]),
+    .library(name: "BBSServer", targets: ["BBSServer"]),
+    .library(name: "BBSMount", targets: ["BBSMount"]),
+  ],
+  dependencies: [
+    .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+    .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+    .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+  ],
+  targets: [
+    // System libraries.
+    .systemLibrary(name: "CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev"])]),
+    .systemLibrary(name: "CBlueZ", providers: [.apt(["libbluetooth-dev"])]),
+
+    // Pure 9P2000 codec: messages, qids, stats, error strings <-> errno. No I/O.
+    .target(name: "NinePProtocol"),
+
+    // Dial strings, sockets, framing and SDU segmentation.
+    .target(
+      name: "NinePTransport",
+      dependencies: [
+        "CBlueZ",
+        .product(name: "SystemPackage", package: "swift-system"),
+        .product(name: "Logging", package: "swift-log"),
+      ]),
+
+    // Sessions, tags, fids, flush, server profiles, pool.
+    .target(
+      name: "NinePClient",
+      dependencies: [
+        "NinePProtocol", "NinePTransport",
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "DequeModule", package: "swift-collections"),
+      ]),
+
+    // The reference 9BBS server, with its device-emulation profile.
+    .target(
+      name: "BBSServer",
+      dependencies: [
+        "NinePProtocol", "NinePTransport",
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "DequeModule", package: "swift-collections"),
+        .product(name: "GRDB", package: "GRDB.swift"),
+      ]),
+
+    // The FUSE adapter.
+    .target(
+      name: "BBSMount",
+      dependencies: [
+        "CFuse3", "NinePProtocol", "NinePTransport", "NinePClient",
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "DequeModule", package: "swift-collections"),
+      ]),
+
+    // Thin executables.
+    .executableTarget(
+      name: "Mount9BBSCommand",
+      dependencies: [
+        "BBSMount", "BBSServer", "NinePClient", "NinePTransport",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        .product(name: "Logging", package: "swift-log"),
+      ],
+      path: "Sources/mount9bbs"),
+    .executableTarget(
+      name: "BBSDaemonCommand",
+      dependencies: [
+        "BBSServer", "NinePTransport",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        .product(name: "Logging", package: "swift-log"),
+      ],
+      path: "Sources/9bbsd"),
+
+    // Tests.
+    .target(
+      name: "TestSupport",
+      dependencies: ["NinePProtocol", "NinePTransport", "NinePClient", "BBSServer"],
+      path: "Tests/TestSupport"),
+    .testTarget(name: "NinePProtocolTests", dependencies: ["NinePProtocol"]),
+    .testTarget(name: "NinePTransportTests", dependencies: ["NinePTransport"]),
+    .testTarget(
+      name: "NinePClientTests",
+      dependencies: ["NinePClient", "NinePProtocol", "NinePTransport", "BBSServer", "TestSupport"]),
+    .testTarget(
+      name: "BBSServerTests",
+      dependencies: ["BBSServer", "NinePProtocol", "NinePTransport", "NinePClient", "TestSupport"]),
+    .testTarget(
+      name: "BBSMountTests",
+      dependencies: ["BBSMount", "NinePClient", "BBSServer", "TestSupport"]),
+  ],
+  swiftLanguageModes: [.v6]
+)
