@@ -1,0 +1,82 @@
+/// Which kind of 9BBS the server imitates.
+public enum BBSProfile: String, Sendable, CaseIterable {
+  /// A comfortable server: multiplexed sessions, wall-clock chat lines, large limits.
+  case standard = "default"
+  /// A faithful copy of a Zephyr/9p4z board: its limits, its quirks and its wire discipline.
+  case device
+}
+
+/// How chat line stamps are taken and rendered.
+public enum ChatClockStyle: Sendable {
+  /// Milliseconds since the server started; `[HH:MM:SS]` counts hours since start, like a
+  /// device's `k_uptime_get()`.
+  case uptime
+  /// Unix milliseconds; `[HH:MM:SS]` is the UTC time of day.
+  case wallClock
+}
+
+/// Sizes and behaviours of the board that differ between profiles.
+public struct BoardLimits: Sendable, Equatable {
+  /// Chat messages kept per room (a device's 50-slot ring holds 49).
+  public var chatRingCapacity: Int
+  /// Distinct chat readers; the next one gets ENOMEM on read. `nil` means unlimited.
+  public var maxChatUsers: Int?
+  /// Bytes of chat text kept per post (device: 255).
+  public var maxChatText: Int
+  /// Bytes of author name kept (device: 31).
+  public var maxAuthor: Int
+  /// Messages per board room before Tcreate fails with ENOSPC (device: 20).
+  public var messagesPerRoom: Int
+  /// Board rooms in all (device: 8).
+  public var maxBoardRooms: Int
+  /// Longest room name in bytes (device buffers are 32 bytes with the NUL).
+  public var maxRoomName: Int
+  /// Chat line stamps.
+  public var clock: ChatClockStyle
+  /// Creating a board room at the root reports failure although the room is created, as a
+  /// device does (facts §1.6).
+  public var failsRootRoomCreate: Bool
+  /// Only the latest Twrite makes up a board message (device). Otherwise writes at increasing
+  /// offsets are assembled and the whole text is parsed again, so chunked writes work.
+  public var messageWriteReplaces: Bool
+
+  /// The limits of a real 9BBS device.
+  public static let device = BoardLimits(
+    chatRingCapacity: 49, maxChatUsers: 8, maxChatText: 255, maxAuthor: 31,
+    messagesPerRoom: 20, maxBoardRooms: 8, maxRoomName: 31, clock: .uptime,
+    failsRootRoomCreate: true, messageWriteReplaces: true)
+
+  /// The limits of the default profile.
+  public static let standard = BoardLimits(
+    chatRingCapacity: 1000, maxChatUsers: nil, maxChatText: 255, maxAuthor: 31,
+    messagesPerRoom: 10_000, maxBoardRooms: 1000, maxRoomName: 31, clock: .wallClock,
+    failsRootRoomCreate: false, messageWriteReplaces: false)
+
+  /// The limits that go with a profile.
+  public static func forProfile(_ profile: BBSProfile) -> BoardLimits {
+    profile == .device ? .device : .standard
+  }
+}
+
+/// Everything needed to build a ``Board``.
+public struct BoardConfiguration: Sendable {
+  /// Chat rooms, in listing order. Chat rooms cannot be created by clients.
+  public var chatRooms: [String]
+  /// Board rooms created when the store has none yet.
+  public var initialBoardRooms: [String]
+  /// Sizes and behaviours.
+  public var limits: BoardLimits
+  /// Initial /etc values for fields the store does not hold yet.
+  public var etcDefaults: [EtcField: String]
+
+  /// Creates a configuration; board rooms default to the chat rooms.
+  public init(
+    chatRooms: [String] = ["lobby"], initialBoardRooms: [String]? = nil,
+    limits: BoardLimits = .standard, etcDefaults: [EtcField: String] = [:]
+  ) {
+    self.chatRooms = chatRooms
+    self.initialBoardRooms = initialBoardRooms ?? chatRooms
+    self.limits = limits
+    self.etcDefaults = etcDefaults
+  }
+}

@@ -1,0 +1,208 @@
+import Logging
+import Synchronization
+
+/// The board rooms under `/rooms`: RFC-822-style messages created by Tcreate and filled by
+/// Twrite (facts §1.4, §1.6). Thread-safe.
+public final class MessageBoard: Sendable {
+  private struct Room {
+    var messages: [BoardMessage] = []
+    /// Raw text written so far per message id, to reparse chunked writes (default profile).
+    var drafts: [UInt32: [UInt8]] = [:]
+  }
+  private struct State {
+    var order: [String] = []
+    var rooms: [String: Room] = [:]
+    var sequence: Int64 = 0
+  }
+  private let state: Mutex<State>
+  private let limits: BoardLimits
+  private let clock: any BoardClock
+  private let store: any BoardStore
+  private let logger: Logger
+
+  /// Loads rooms and messages from the store; if it has no rooms, creates `initialRooms`.
+  public init(
+    initialRooms: [String], limits: BoardLimits, clock: any BoardClock, store: any BoardStore,
+    logger: Logger
+  ) throws(BoardError) {
+    self.limits = limits
+    self.clock = clock
+    self.store = store
+    self.logger = logger
+    var initial = State()
+    var names = try store.boardRooms()
+    if names.isEmpty {
+      for name in initialRooms where !names.contains(name) {
+        try store.addBoardRoom(name)
+        names.append(name)
+      }
+    }
+    for name in names {
+      let messages = try store.boardMessages(room: name)
+      initial.order.append(name)
+      initial.rooms[name] = Room(messages: messages)
+      initial.sequence = max(initial.sequence, messages.map(\.sequence).max() ?? 0)
+    }
+    state = Mutex(initial)
+  }
+
+  /// Room names in creation order.
+  public var roomNames: [String] { state.withLock { $0.order } }
+
+  /// Whether a room exists.
+  public func hasRoom(_ name: String) -> Bool { state.withLock { $0.rooms[name] != nil } }
+
+  /// Creates a room.
+  /// - Throws: ``BoardError/exists``, ``BoardError/noSpace`` when the room table is full,
+  ///   ``BoardError/invalidArgument`` for an empty name, `.`, `..`, a `/` or a name too long.
+  public func createRoom(_ name: String) throws(BoardError) {
+    guard !name.isEmpty, name != ".", name != "..", !name.contains("/"),
+      name.utf8.count <= limits.maxRoomName
+    else { throw BoardError.invalidArgument }
+    try state.withLock { state throws(BoardError) in
+      guard state.rooms[name] == nil else { throw BoardError.exists }
+      guard state.order.count < limits.maxBoardRooms else { throw BoardError.noSpace }
+      state.order.append(name)
+      state.rooms[name] = Room()
+    }
+    try store.addBoardRoom(name)
+    logger.info("board: created room \(name)")
+  }
+
+  /// A room's messages in creation order.
+  /// - Throws: ``BoardError/notFound``.
+  public func messages(in room: String) throws(BoardError) -> [BoardMessage] {
+    try state.withLock { state throws(BoardError) in
+      guard let entry = state.rooms[room] else { throw BoardError.notFound }
+      return entry.messages
+    }
+  }
+
+  /// Looks a message up by a walked name: any name with a decimal prefix (`strtoull`) finds
+  /// the message whose id is that number.
+  public func message(in room: String, named name: String) throws(BoardError) -> BoardMessage {
+    guard let number = leadingNumber(name), let id = UInt32(exactly: number) else {
+      throw BoardError.notFound
+    }
+    return try message(in: room, id: id)
+  }
+
+  /// One message by id.
+  public func message(in room: String, id: UInt32) throws(BoardError) -> BoardMessage {
+    try state.withLock { state throws(BoardError) in
+      guard let found = state.rooms[room]?.messages.first(where: { $0.id == id }) else {
+        throw BoardError.notFound
+      }
+      return found
+    }
+  }
+
+  /// Creates an empty message from a Tcreate name `<ms-timestamp>` or `<ms-timestamp>-<x>`;
+  /// its id is the lower 32 bits of the timestamp. Without a timestamp, the next free id.
+  /// - Throws: ``BoardError/notFound`` (no room), ``BoardError/noSpace`` (room full),
+  ///   ``BoardError/exists`` (id taken).
+  public func createMessage(in room: String, name: String, author: String) throws(BoardError)
+    -> BoardMessage
+  {
+    let who = truncateUTF8(author.isEmpty ? "anonymous" : author, maxBytes: limits.maxAuthor)
+    let requested = leadingNumber(name).map { UInt32(truncatingIfNeeded: $0) } ?? 0
+    let date = limits.clock == .uptime ? clock.uptimeMillis : clock.wallMillis
+    let message = try state.withLock { state throws(BoardError) -> BoardMessage in
+      guard var entry = state.rooms[room] else { throw BoardError.notFound }
+      guard entry.messages.count < limits.messagesPerRoom else { throw BoardError.noSpace }
+      var id = requested
+      if id == 0 { id = (entry.messages.map(\.id).max() ?? 0) &+ 1 }
+      guard !entry.messages.contains(where: { $0.id == id }) else { throw BoardError.exists }
+      state.sequence += 1
+      let message = BoardMessage(
+        room: room, id: id, author: who, date: date, signature: who, sequence: state.sequence)
+      entry.messages.append(message)
+      state.rooms[room] = entry
+      return message
+    }
+    try store.saveBoardMessage(message)
+    logger.info("board: \(who) created message \(message.id) in \(room)")
+    return message
+  }
+
+  /// Writes message content. The text is parsed as RFC-822 headers (keeping `Subject`) and the
+  /// header block stripped. In the device profile each write is parsed alone; otherwise writes
+  /// are assembled by offset and the whole text parsed again. Returns the bytes accepted.
+  public func write(in room: String, id: UInt32, offset: UInt64, data: [UInt8])
+    throws(BoardError) -> Int
+  {
+    let maxSize = 1 << 20
+    guard offset <= UInt64(maxSize) else { throw BoardError.noSpace }
+    let updated = try state.withLock { state throws(BoardError) -> BoardMessage in
+      guard var entry = state.rooms[room],
+        let index = entry.messages.firstIndex(where: { $0.id == id })
+      else { throw BoardError.notFound }
+      var raw: [UInt8]
+      if limits.messageWriteReplaces {
+        raw = data
+      } else {
+        raw = entry.drafts[id] ?? []
+        let start = Int(offset)
+        if raw.count < start { raw += [UInt8](repeating: 0x20, count: start - raw.count) }
+        let end = min(start + data.count, maxSize)
+        if raw.count < end { raw += [UInt8](repeating: 0, count: end - raw.count) }
+        raw.replaceSubrange(start..<end, with: data.prefix(end - start))
+        entry.drafts[id] = raw
+      }
+      let (subject, body) = parseRFC822(raw)
+      if let subject { entry.messages[index].subject = subject }
+      entry.messages[index].body = body
+      state.rooms[room] = entry
+      return entry.messages[index]
+    }
+    try store.saveBoardMessage(updated)
+    return data.count
+  }
+}
+
+/// The decimal number a name starts with, as `strtoull` would read it (`nil` if none).
+func leadingNumber(_ name: String) -> UInt64? {
+  var value: UInt64 = 0
+  var digits = 0
+  for byte in name.utf8 {
+    guard byte >= 0x30, byte <= 0x39 else { break }
+    let (times, overflow1) = value.multipliedReportingOverflow(by: 10)
+    let (sum, overflow2) = times.addingReportingOverflow(UInt64(byte - 0x30))
+    value = (overflow1 || overflow2) ? UInt64.max : sum
+    digits += 1
+  }
+  return digits > 0 ? value : nil
+}
+
+/// Splits an RFC-822-style text into its `Subject` (if a header block has one) and body.
+///
+/// Header lines run until the first empty line; a text whose first line is not a header has
+/// no header block.
+func parseRFC822(_ raw: [UInt8]) -> (subject: String?, body: [UInt8]) {
+  var subject: String?
+  var position = 0
+  var sawHeader = false
+  while position < raw.count {
+    let end = raw[position...].firstIndex(of: 0x0A) ?? raw.count
+    var line = raw[position..<end]
+    if line.last == 0x0D { line = line.dropLast() }
+    if line.isEmpty {
+      if !sawHeader { return (nil, raw) }
+      return (subject, Array(raw[min(end + 1, raw.count)...]))
+    }
+    guard let colon = line.firstIndex(of: UInt8(ascii: ":")), colon > line.startIndex,
+      !line[line.startIndex..<colon].contains(0x20)
+    else {
+      // Not a header line: no header block at all, or an unterminated one.
+      return sawHeader ? (subject, Array(raw[position...])) : (nil, raw)
+    }
+    sawHeader = true
+    let name = String(decoding: line[line.startIndex..<colon], as: UTF8.self)
+    if name.lowercased() == "subject" {
+      let value = line[(colon + 1)...].drop(while: { $0 == 0x20 || $0 == 0x09 })
+      subject = String(decoding: value, as: UTF8.self)
+    }
+    position = end + 1
+  }
+  return sawHeader ? (subject, []) : (nil, raw)
+}

@@ -1,0 +1,186 @@
+import Foundation
+import GRDB
+
+/// A ``BoardStore`` in an SQLite database (`<dir>/9bbs.sqlite` for `9bbsd --data <dir>`).
+///
+/// Keeps each chat room's recent history, board rooms and messages, `/etc` values and BBS
+/// users across restarts. The schema is created and upgraded with GRDB's `DatabaseMigrator`.
+public final class SQLiteBoardStore: BoardStore {
+  private let queue: DatabaseQueue
+
+  /// The database file name inside a data directory.
+  public static let fileName = "9bbs.sqlite"
+
+  /// Opens (creating if needed) the database in `directory`, creating the directory too.
+  public convenience init(directory: String) throws(BoardError) {
+    do {
+      try FileManager.default.createDirectory(
+        atPath: directory, withIntermediateDirectories: true)
+    } catch {
+      throw BoardError.storage("cannot create data directory \(directory): \(error)")
+    }
+    try self.init(path: (directory as NSString).appendingPathComponent(Self.fileName))
+  }
+
+  /// Opens (creating if needed) the database file at `path`.
+  public init(path: String) throws(BoardError) {
+    do {
+      queue = try DatabaseQueue(path: path)
+      try Self.migrator.migrate(queue)
+    } catch {
+      throw BoardError.storage("cannot open \(path): \(error)")
+    }
+  }
+
+  private static var migrator: DatabaseMigrator {
+    var migrator = DatabaseMigrator()
+    migrator.registerMigration("v1") { db in
+      try db.create(table: "chatMessage") { t in
+        t.column("room", .text).notNull()
+        t.column("id", .integer).notNull()
+        t.column("author", .text).notNull()
+        t.column("text", .blob).notNull()
+        t.column("stamp", .integer).notNull()
+        t.primaryKey(["room", "id"])
+      }
+      try db.create(table: "boardRoom") { t in
+        t.autoIncrementedPrimaryKey("seq")
+        t.column("name", .text).notNull().unique()
+      }
+      try db.create(table: "boardMessage") { t in
+        t.column("room", .text).notNull()
+        t.column("id", .integer).notNull()
+        t.column("sequence", .integer).notNull()
+        t.column("author", .text).notNull()
+        t.column("subject", .text).notNull()
+        t.column("body", .blob).notNull()
+        t.column("date", .integer).notNull()
+        t.column("signature", .text).notNull()
+        t.primaryKey(["room", "id"])
+      }
+      try db.create(table: "etc") { t in
+        t.primaryKey("field", .text)
+        t.column("value", .text).notNull()
+      }
+      try db.create(table: "bbsUser") { t in
+        t.autoIncrementedPrimaryKey("seq")
+        t.column("name", .text).notNull().unique()
+      }
+    }
+    return migrator
+  }
+
+  private func read<T>(_ body: (Database) throws -> T) throws(BoardError) -> T {
+    do {
+      return try queue.read(body)
+    } catch {
+      throw BoardError.storage("\(error)")
+    }
+  }
+
+  private func write<T>(_ body: (Database) throws -> T) throws(BoardError) -> T {
+    do {
+      return try queue.write(body)
+    } catch {
+      throw BoardError.storage("\(error)")
+    }
+  }
+
+  public func chatMessages(room: String, limit: Int) throws(BoardError) -> [ChatMessage] {
+    try read { db in
+      let rows = try Row.fetchAll(
+        db,
+        sql: """
+          SELECT id, author, text, stamp FROM chatMessage WHERE room = ?
+          ORDER BY id DESC LIMIT ?
+          """, arguments: [room, limit])
+      return rows.reversed().map { row in
+        ChatMessage(
+          room: room, id: UInt64(row["id"] as Int64), author: row["author"],
+          text: [UInt8](row["text"] as Data), stamp: UInt64(row["stamp"] as Int64))
+      }
+    }
+  }
+
+  public func appendChatMessage(_ message: ChatMessage, keep: Int) throws(BoardError) {
+    try write { db in
+      try db.execute(
+        sql:
+          "INSERT OR REPLACE INTO chatMessage (room, id, author, text, stamp) VALUES (?,?,?,?,?)",
+        arguments: [
+          message.room, Int64(message.id), message.author, Data(message.text),
+          Int64(message.stamp),
+        ])
+      try db.execute(
+        sql: "DELETE FROM chatMessage WHERE room = ? AND id <= ?",
+        arguments: [message.room, Int64(message.id) - Int64(keep)])
+    }
+  }
+
+  public func boardRooms() throws(BoardError) -> [String] {
+    try read { db in try String.fetchAll(db, sql: "SELECT name FROM boardRoom ORDER BY seq") }
+  }
+
+  public func addBoardRoom(_ name: String) throws(BoardError) {
+    try write { db in
+      try db.execute(sql: "INSERT OR IGNORE INTO boardRoom (name) VALUES (?)", arguments: [name])
+    }
+  }
+
+  public func boardMessages(room: String) throws(BoardError) -> [BoardMessage] {
+    try read { db in
+      try Row.fetchAll(
+        db, sql: "SELECT * FROM boardMessage WHERE room = ? ORDER BY sequence", arguments: [room]
+      ).map { row in
+        BoardMessage(
+          room: room, id: UInt32(truncatingIfNeeded: row["id"] as Int64),
+          author: row["author"], subject: row["subject"], body: [UInt8](row["body"] as Data),
+          date: UInt64(row["date"] as Int64), signature: row["signature"],
+          sequence: row["sequence"])
+      }
+    }
+  }
+
+  public func saveBoardMessage(_ message: BoardMessage) throws(BoardError) {
+    try write { db in
+      try db.execute(
+        sql: """
+          INSERT OR REPLACE INTO boardMessage
+            (room, id, sequence, author, subject, body, date, signature)
+          VALUES (?,?,?,?,?,?,?,?)
+          """,
+        arguments: [
+          message.room, Int64(message.id), message.sequence, message.author, message.subject,
+          Data(message.body), Int64(message.date), message.signature,
+        ])
+    }
+  }
+
+  public func etcValues() throws(BoardError) -> [EtcField: String] {
+    try read { db in
+      var values: [EtcField: String] = [:]
+      for row in try Row.fetchAll(db, sql: "SELECT field, value FROM etc") {
+        if let field = EtcField(rawValue: row["field"]) { values[field] = row["value"] }
+      }
+      return values
+    }
+  }
+
+  public func setEtcValue(_ value: String, for field: EtcField) throws(BoardError) {
+    try write { db in
+      try db.execute(
+        sql: "INSERT OR REPLACE INTO etc (field, value) VALUES (?, ?)",
+        arguments: [field.rawValue, value])
+    }
+  }
+
+  public func users() throws(BoardError) -> [String] {
+    try read { db in try String.fetchAll(db, sql: "SELECT name FROM bbsUser ORDER BY seq") }
+  }
+
+  public func addUser(_ name: String) throws(BoardError) {
+    try write { db in
+      try db.execute(sql: "INSERT OR IGNORE INTO bbsUser (name) VALUES (?)", arguments: [name])
+    }
+  }
+}
