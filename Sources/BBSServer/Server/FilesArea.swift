@@ -1,0 +1,181 @@
+import Foundation
+import Glibc
+import NinePProtocol
+
+/// A request failed; `ename` is the Rerror text (9p4z table, facts §7.6).
+struct NinePFailure: Error, Equatable {
+  let ename: String
+
+  init(_ ename: String) { self.ename = ename }
+
+  /// The 9p4z text for an errno, with `operation`'s `… failed` fallback.
+  init(errno code: Int32, operation: String) {
+    ename = ErrorStrings.ename(for: code, operation: operation)
+  }
+
+  init(_ error: BoardError, operation: String) {
+    self.init(errno: error.errno, operation: operation)
+  }
+
+  static let notFound = NinePFailure("file not found")
+}
+
+/// What the file system says about one entry of the files area.
+struct FileInfo: Sendable {
+  var isDirectory: Bool
+  var size: UInt64
+  var permissions: UInt32
+  var mtime: UInt32
+  var inode: UInt64
+}
+
+/// The optional `/files` area: a real directory served read-only or read-write.
+///
+/// Paths are lists of names that never contain `/`, `.` or `..` (the walk resolves `..`
+/// lexically before it gets here). Every access resolves symbolic links with `realpath` and
+/// refuses anything that ends up outside the area's root.
+final class FilesArea: Sendable {
+  /// The area's root, with symbolic links resolved.
+  let root: String
+  /// Whether writes, creates and removes are allowed.
+  let writable: Bool
+
+  /// Opens the area at `directory`.
+  init(directory: String, writable: Bool) throws(ServerError) {
+    guard let resolved = realpath(directory, nil) else {
+      throw ServerError.badConfiguration("--files \(directory): \(String(cString: strerror(errno)))")
+    }
+    root = String(cString: resolved)
+    free(resolved)
+    var info = stat()
+    guard stat(root, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+      throw ServerError.badConfiguration("--files \(directory) is not a directory")
+    }
+    self.writable = writable
+  }
+
+  /// The absolute path of `parts`, without any check.
+  func absolute(_ parts: [String]) -> String {
+    parts.isEmpty ? root : root + "/" + parts.joined(separator: "/")
+  }
+
+  /// Whether a name may appear in a path of the area.
+  static func isValidName(_ name: String) -> Bool {
+    !name.isEmpty && name != "." && name != ".." && !name.contains("/") && !name.contains("\0")
+  }
+
+  /// The confined absolute path of an existing entry: symbolic links are resolved and the
+  /// result must lie inside the root.
+  func confinedPath(_ parts: [String]) throws(NinePFailure) -> String {
+    guard parts.allSatisfy(Self.isValidName) else { throw NinePFailure.notFound }
+    guard let resolved = realpath(absolute(parts), nil) else { throw NinePFailure.notFound }
+    defer { free(resolved) }
+    let path = String(cString: resolved)
+    guard path == root || path.hasPrefix(root + "/") else { throw NinePFailure.notFound }
+    return path
+  }
+
+  /// Information about an existing entry (following confined symbolic links).
+  func info(_ parts: [String]) throws(NinePFailure) -> FileInfo {
+    let path = try confinedPath(parts)
+    var buffer = stat()
+    guard stat(path, &buffer) == 0 else { throw NinePFailure(errno: errno, operation: "stat") }
+    return FileInfo(
+      isDirectory: buffer.st_mode & S_IFMT == S_IFDIR, size: UInt64(max(0, buffer.st_size)),
+      permissions: UInt32(buffer.st_mode) & 0o777,
+      mtime: UInt32(truncatingIfNeeded: max(0, buffer.st_mtim.tv_sec)),
+      inode: UInt64(buffer.st_ino))
+  }
+
+  /// The entries of a directory, sorted by name, skipping ones that escape the area.
+  func list(_ parts: [String]) throws(NinePFailure) -> [(name: String, info: FileInfo)] {
+    let path = try confinedPath(parts)
+    let names: [String]
+    do {
+      names = try FileManager.default.contentsOfDirectory(atPath: path)
+    } catch {
+      throw NinePFailure(errno: ENOTDIR, operation: "read")
+    }
+    var entries: [(name: String, info: FileInfo)] = []
+    for name in names.sorted() where Self.isValidName(name) {
+      if let info = try? info(parts + [name]) { entries.append((name, info)) }
+    }
+    return entries
+  }
+
+  /// Opens an existing regular file for I/O; returns the descriptor.
+  func open(_ parts: [String], mode: OpenMode) throws(NinePFailure) -> Int32 {
+    let path = try confinedPath(parts)
+    if mode.allowsWriting || mode.truncates {
+      guard writable else { throw NinePFailure("permission denied") }
+    }
+    var flags: Int32 = O_CLOEXEC | O_NOFOLLOW
+    switch mode.access {
+    case 1: flags |= O_WRONLY
+    case 2: flags |= O_RDWR
+    default: flags |= O_RDONLY
+    }
+    if mode.truncates { flags |= O_TRUNC }
+    let fd = Glibc.open(path, flags)
+    guard fd >= 0 else { throw NinePFailure(errno: errno, operation: "open") }
+    return fd
+  }
+
+  /// Creates a file (returning its open descriptor) or a directory (returning nil) in the
+  /// directory `parent`.
+  func create(in parent: [String], name: String, directory: Bool, permissions: UInt32, mode: OpenMode)
+    throws(NinePFailure) -> Int32?
+  {
+    guard writable else { throw NinePFailure("permission denied") }
+    guard Self.isValidName(name) else { throw NinePFailure(errno: EINVAL, operation: "create") }
+    let path = try confinedPath(parent) + "/" + name
+    if directory {
+      guard mkdir(path, mode_t(permissions & 0o777)) == 0 else {
+        throw NinePFailure(errno: errno, operation: "create")
+      }
+      return nil
+    }
+    var flags: Int32 = O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW
+    flags |= mode.access == 0 ? O_RDONLY : (mode.access == 1 ? O_WRONLY : O_RDWR)
+    let fd = Glibc.open(path, flags, mode_t(permissions & 0o777))
+    guard fd >= 0 else { throw NinePFailure(errno: errno, operation: "create") }
+    return fd
+  }
+
+  /// Removes a file or an empty directory (the area's root cannot be removed).
+  func remove(_ parts: [String]) throws(NinePFailure) {
+    guard writable else { throw NinePFailure("permission denied") }
+    guard !parts.isEmpty, parts.allSatisfy(Self.isValidName) else {
+      throw NinePFailure("permission denied")
+    }
+    // Remove the link itself, never what a symbolic link points at; its directory must be
+    // inside the area.
+    let parentPath = try confinedPath(Array(parts.dropLast()))
+    let path = parentPath + "/" + (parts.last ?? "")
+    var buffer = stat()
+    guard lstat(path, &buffer) == 0 else { throw NinePFailure.notFound }
+    let result = buffer.st_mode & S_IFMT == S_IFDIR ? rmdir(path) : unlink(path)
+    guard result == 0 else { throw NinePFailure(errno: errno, operation: "remove") }
+  }
+
+  /// Truncates or extends a file (Twstat length).
+  func truncate(_ parts: [String], length: UInt64) throws(NinePFailure) {
+    guard writable else { throw NinePFailure("permission denied") }
+    let path = try confinedPath(parts)
+    guard Glibc.truncate(path, off_t(clamping: length)) == 0 else {
+      throw NinePFailure(errno: errno, operation: "wstat")
+    }
+  }
+
+  /// Renames an entry within its directory (Twstat name).
+  func rename(_ parts: [String], to name: String) throws(NinePFailure) {
+    guard writable else { throw NinePFailure("permission denied") }
+    guard Self.isValidName(name), !parts.isEmpty else {
+      throw NinePFailure(errno: EINVAL, operation: "wstat")
+    }
+    let parentPath = try confinedPath(Array(parts.dropLast()))
+    guard
+      Glibc.rename(parentPath + "/" + (parts.last ?? ""), parentPath + "/" + name) == 0
+    else { throw NinePFailure(errno: errno, operation: "wstat") }
+  }
+}

@@ -1,0 +1,392 @@
+import Dispatch
+import Glibc
+import Logging
+import NinePProtocol
+import Synchronization
+
+/// One 9P session (one connection): version, fids, parked reads.
+///
+/// ``process(_:)`` handles one request frame and returns the frames to send now, in order.
+/// Replies to parked reads are sent later through `send`, from the thread that ran the wake.
+/// All state sits behind one lock held for a whole request, so a wake-up (or a Tflush) sees a
+/// parked read either fully registered or not at all.
+final class Session: Sendable {
+  private struct FidState {
+    var node: Node
+    var uname: String
+    var openMode: OpenMode?
+    var fd: Int32?
+  }
+
+  private struct Parked {
+    var fid: Fid
+    var room: String
+    var count: Int
+    var uname: String
+    var waiter: ChatWaiterID
+    var generation: UInt64
+  }
+
+  private struct State {
+    var msize: Int
+    var fids: [Fid: FidState] = [:]
+    var parked: [Tag: Parked] = [:]
+    var generation: UInt64 = 0
+    var closed = false
+  }
+
+  let id: Int
+  private let tree: Tree
+  private let configuration: BBSServerConfiguration
+  private let logger: Logger
+  private let send: @Sendable ([[UInt8]]) -> Void
+  private let wakeQueue: DispatchQueue
+  private let state: Mutex<State>
+
+  private var device: Bool { configuration.profile == .device }
+
+  /// - Parameter send: sends frames in order, atomically with respect to other sends.
+  init(
+    id: Int, tree: Tree, configuration: BBSServerConfiguration, logger: Logger,
+    wakeQueue: DispatchQueue, send: @escaping @Sendable ([[UInt8]]) -> Void
+  ) {
+    self.id = id
+    self.tree = tree
+    self.configuration = configuration
+    self.logger = logger
+    self.wakeQueue = wakeQueue
+    self.send = send
+    state = Mutex(State(msize: configuration.maxMessageSize))
+  }
+
+  /// The negotiated msize (the server's maximum before Tversion).
+  var msize: Int { state.withLock { $0.msize } }
+
+  /// Number of parked reads (for tests and status).
+  var parkedCount: Int { state.withLock { $0.parked.count } }
+
+  /// Drops parked reads without replies and releases every fid; later wake-ups do nothing.
+  func close() {
+    state.withLock { state in
+      state.closed = true
+      reset(&state)
+    }
+  }
+
+  private func reset(_ state: inout State) {
+    for parked in state.parked.values { tree.board.chat.removeWaiter(parked.waiter) }
+    state.parked.removeAll()
+    for fid in state.fids.values { if let fd = fid.fd { Glibc.close(fd) } }
+    state.fids.removeAll()
+  }
+
+  // MARK: Requests
+
+  /// Handles one request frame (size prefix included) and returns the reply frames to send
+  /// now, in order: possibly Rread(0) for displaced parked reads, then the reply, which is
+  /// absent when the request parked.
+  func process(_ frame: [UInt8]) -> [[UInt8]] {
+    state.withLock { state -> [[UInt8]] in
+      guard !state.closed else { return [] }
+      let decoded: (tag: Tag, message: Message)
+      do throws(ProtocolError) {
+        decoded = try Message.decode(
+          frame, limits: DecodeLimits(maxFrameSize: max(state.msize, configuration.maxMessageSize)))
+      } catch {
+        return [malformed(frame, error: error)]
+      }
+      let (tag, message) = decoded
+      guard message.type.isRequest else {
+        logger.warning("session \(id): client sent a reply message (\(message.type)); refusing")
+        return [Message.rerror(ename: "operation not supported").encoded(tag: tag)]
+      }
+      logger.trace("session \(id): <- \(message)")
+      var out: [[UInt8]] = []
+      // A new request reusing a parked read's tag answers the parked read first.
+      if case .tflush = message {
+      } else if let parked = state.parked.removeValue(forKey: tag) {
+        tree.board.chat.removeWaiter(parked.waiter)
+        out.append(Message.rread(data: []).encoded(tag: tag))
+      }
+      if let maxTags = configuration.maxTags, state.parked.count + 1 > maxTags {
+        out.append(Message.rerror(ename: "resource temporarily unavailable").encoded(tag: tag))
+        return out
+      }
+      let reply: Message?
+      do throws(NinePFailure) {
+        reply = try handle(message, tag: tag, state: &state, before: &out)
+      } catch {
+        reply = .rerror(ename: error.ename)
+      }
+      if let reply {
+        logger.trace("session \(id): -> \(reply) tag \(tag)")
+        out.append(reply.encoded(tag: tag))
+      }
+      return out
+    }
+  }
+
+  private func malformed(_ frame: [UInt8], error: ProtocolError) -> [UInt8] {
+    let tag = frame.count >= 7 ? Tag(frame[5]) | Tag(frame[6]) << 8 : NineP.noTag
+    let type = frame.count >= 5 ? MessageType(rawValue: frame[4]) : nil
+    let ename: String
+    switch (type, error) {
+    case (_, .tooManyWalkElements): ename = "too many name elements"
+    case (.twalk?, _): ename = "malformed walk message"
+    case (.tversion?, _): ename = "bad Tversion"
+    case (.tread?, _): ename = "malformed Tread"
+    case (.twrite?, _): ename = "malformed Twrite"
+    case (.tcreate?, _): ename = "malformed Tcreate"
+    default: ename = "invalid argument"
+    }
+    logger.warning("session \(id): malformed request: \(error); answering '\(ename)'")
+    return Message.rerror(ename: ename).encoded(tag: tag)
+  }
+
+  private func handle(
+    _ message: Message, tag: Tag, state: inout State, before: inout [[UInt8]]
+  ) throws(NinePFailure) -> Message? {
+    switch message {
+    case .tversion(let msize, let version):
+      reset(&state)
+      guard version.hasPrefix("9P2000") else {
+        return .rversion(msize: UInt32(clamping: state.msize), version: "unknown")
+      }
+      state.msize = max(256, min(Int(msize), configuration.maxMessageSize))
+      return .rversion(msize: UInt32(state.msize), version: NineP.version)
+
+    case .tauth:
+      throw NinePFailure("authentication not required")
+
+    case .tattach(let fid, _, let uname, let aname):
+      guard state.fids[fid] == nil else { throw NinePFailure("FID already in use") }
+      guard state.fids.count < configuration.maxFids else {
+        throw NinePFailure("cannot allocate newfid")
+      }
+      var node = Node.root
+      for name in aname.split(separator: "/") where !name.isEmpty {
+        guard let next = tree.walk(from: node, name: String(name)) else {
+          throw NinePFailure("aname not found")
+        }
+        node = next
+      }
+      tree.board.etc.register(user: uname)
+      state.fids[fid] = FidState(node: node, uname: uname)
+      logger.debug("session \(id): attach fid \(fid) uname '\(uname)' aname '\(aname)'")
+      return .rattach(qid: tree.walkQid(node))
+
+    case .tflush(let oldtag):
+      if let parked = state.parked.removeValue(forKey: oldtag) {
+        tree.board.chat.removeWaiter(parked.waiter)
+        before.append(Message.rread(data: []).encoded(tag: oldtag))
+      }
+      return .rflush
+
+    case .twalk(let fid, let newfid, let names):
+      guard let source = state.fids[fid] else { throw NinePFailure("unknown fid") }
+      guard source.openMode == nil else { throw NinePFailure("cannot walk an open fid") }
+      if newfid == fid {
+        if device { throw NinePFailure("cannot allocate newfid") }
+      } else {
+        guard state.fids[newfid] == nil else { throw NinePFailure("FID already in use") }
+        guard state.fids.count < configuration.maxFids else {
+          throw NinePFailure("cannot allocate newfid")
+        }
+      }
+      guard names.count <= NineP.maxWalkElements else {
+        throw NinePFailure("too many name elements")
+      }
+      var node = source.node
+      var qids: [Qid] = []
+      for name in names {
+        guard let next = tree.walk(from: node, name: name) else { break }
+        node = next
+        qids.append(tree.walkQid(node))
+      }
+      if qids.count < names.count {
+        if qids.isEmpty { throw NinePFailure.notFound }
+        return .rwalk(qids: qids)
+      }
+      state.fids[newfid] = FidState(node: node, uname: source.uname)
+      return .rwalk(qids: qids)
+
+    case .topen(let fid, let mode):
+      guard var entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
+      guard entry.openMode == nil else { throw NinePFailure("fid already open") }
+      if case .files(let path) = entry.node, let files = tree.files {
+        if !(try files.info(path)).isDirectory {
+          entry.fd = try files.open(path, mode: mode)
+        } else if mode.allowsWriting {
+          throw NinePFailure(errno: EISDIR, operation: "open")
+        }
+      }
+      entry.openMode = mode
+      state.fids[fid] = entry
+      return .ropen(qid: tree.walkQid(entry.node), iounit: iounit(state))
+
+    case .tcreate(let fid, let name, let perm, let mode):
+      guard var entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
+      guard entry.openMode == nil else { throw NinePFailure("fid already open") }
+      let created = try tree.create(
+        in: entry.node, name: name, perm: perm, mode: mode, user: entry.uname)
+      entry.node = created.node
+      entry.fd = created.fd
+      entry.openMode = mode
+      state.fids[fid] = entry
+      logger.debug("session \(id): created \(created.node.path)")
+      return .rcreate(qid: tree.walkQid(created.node), iounit: device ? 0 : iounit(state))
+
+    case .tread(let fid, let offset, let count):
+      guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
+      guard let mode = entry.openMode else { throw NinePFailure("fid not open") }
+      guard mode.allowsReading else { throw NinePFailure("fid not open for reading") }
+      let limit = min(Int(count), max(0, state.msize - NineP.readOverhead))
+      if case .chatRoom(let room) = entry.node {
+        return try readChat(
+          room: room, fid: fid, tag: tag, count: limit, uname: entry.uname, state: &state,
+          before: &before)
+      }
+      return .rread(
+        data: try tree.read(
+          entry.node, offset: offset, count: limit, user: entry.uname, fd: entry.fd))
+
+    case .twrite(let fid, let offset, let data):
+      guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
+      guard let mode = entry.openMode else { throw NinePFailure("fid not open") }
+      guard mode.allowsWriting else { throw NinePFailure("fid not open for writing") }
+      let count = try tree.write(
+        entry.node, offset: offset, data: data, user: entry.uname, fd: entry.fd)
+      return .rwrite(count: UInt32(clamping: count))
+
+    case .tclunk(let fid):
+      answerParked(onFid: fid, state: &state, before: &before)
+      if let entry = state.fids.removeValue(forKey: fid), let fd = entry.fd { Glibc.close(fd) }
+      return .rclunk
+
+    case .tremove(let fid):
+      guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
+      do {
+        try tree.remove(entry.node)
+      } catch {
+        // A device keeps the fid after a failed remove; remove(5) says it is clunked.
+        if !device { clunk(fid, state: &state, before: &before) }
+        throw error
+      }
+      clunk(fid, state: &state, before: &before)
+      return .rremove
+
+    case .tstat(let fid):
+      guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
+      if case .files(let path) = entry.node { _ = try tree.files?.info(path) }
+      return .rstat(stat: tree.stat(entry.node, user: entry.uname))
+
+    case .twstat(let fid, let stat):
+      guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
+      guard !device, case .files(let path) = entry.node, let files = tree.files else {
+        throw NinePFailure("wstat not supported")
+      }
+      if stat.length != .max { try files.truncate(path, length: stat.length) }
+      if !stat.name.isEmpty, stat.name != path.last {
+        try files.rename(path, to: stat.name)
+        state.fids[fid]?.node = .files(Array(path.dropLast()) + [stat.name])
+      }
+      return .rwstat
+
+    default:
+      throw NinePFailure("operation not supported")
+    }
+  }
+
+  private func iounit(_ state: State) -> UInt32 {
+    UInt32(clamping: max(0, state.msize - 24))
+  }
+
+  private func clunk(_ fid: Fid, state: inout State, before: inout [[UInt8]]) {
+    answerParked(onFid: fid, state: &state, before: &before)
+    if let entry = state.fids.removeValue(forKey: fid), let fd = entry.fd { Glibc.close(fd) }
+  }
+
+  /// Answers every read parked on `fid` with Rread(0).
+  private func answerParked(onFid fid: Fid, state: inout State, before: inout [[UInt8]]) {
+    for (tag, parked) in state.parked where parked.fid == fid {
+      tree.board.chat.removeWaiter(parked.waiter)
+      state.parked[tag] = nil
+      before.append(Message.rread(data: []).encoded(tag: tag))
+    }
+  }
+
+  // MARK: Chat streams and parked reads
+
+  private func readChat(
+    room: String, fid: Fid, tag: Tag, count: Int, uname: String, state: inout State,
+    before: inout [[UInt8]]
+  ) throws(NinePFailure) -> Message? {
+    // One parked read per fid: a new Tread answers the old one with Rread(0).
+    answerParked(onFid: fid, state: &state, before: &before)
+    var wake: (@Sendable () -> Void)?
+    let generation = state.generation + 1
+    if state.parked.count < configuration.parkingSlots {
+      wake = makeWake(tag: tag, generation: generation)
+    } else {
+      logger.warning(
+        "session \(id): all \(configuration.parkingSlots) parking slots in use; answering tag \(tag) at once"
+      )
+    }
+    let outcome: ChatReadOutcome
+    do {
+      outcome = try tree.board.chat.readOrPark(room: room, user: uname, count: count, wake: wake)
+    } catch {
+      throw NinePFailure(error, operation: "read")
+    }
+    switch outcome {
+    case .data(let bytes): return .rread(data: bytes)
+    case .empty: return .rread(data: [])
+    case .parked(let waiter):
+      state.generation = generation
+      state.parked[tag] = Parked(
+        fid: fid, room: room, count: count, uname: uname, waiter: waiter, generation: generation)
+      logger.debug("session \(id): parked read tag \(tag) on \(room)")
+      return nil
+    }
+  }
+
+  private func makeWake(tag: Tag, generation: UInt64) -> @Sendable () -> Void {
+    { [weak self] in
+      guard let self else { return }
+      self.wakeQueue.async { self.wake(tag: tag, generation: generation) }
+    }
+  }
+
+  /// A post arrived in the room of a parked read: read again and answer, or park again if
+  /// another reader with the same name took the lines.
+  private func wake(tag: Tag, generation: UInt64) {
+    state.withLock { state in
+      guard !state.closed, let parked = state.parked[tag], parked.generation == generation else {
+        return
+      }
+      state.parked[tag] = nil
+      let next = state.generation + 1
+      let reply: Message
+      do throws(BoardError) {
+        let outcome = try tree.board.chat.readOrPark(
+          room: parked.room, user: parked.uname, count: parked.count,
+          wake: makeWake(tag: tag, generation: next))
+        switch outcome {
+        case .data(let bytes): reply = .rread(data: bytes)
+        case .empty: reply = .rread(data: [])
+        case .parked(let waiter):
+          state.generation = next
+          var again = parked
+          again.waiter = waiter
+          again.generation = next
+          state.parked[tag] = again
+          return
+        }
+      } catch {
+        reply = .rerror(ename: NinePFailure(error, operation: "read").ename)
+      }
+      logger.trace("session \(id): -> \(reply) tag \(tag) (woken)")
+      send([reply.encoded(tag: tag)])
+    }
+  }
+}

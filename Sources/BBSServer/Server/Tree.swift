@@ -1,0 +1,311 @@
+import Glibc
+import NinePProtocol
+
+/// The 9BBS tree of facts §1.2 served from a ``Board``: walking, stats, listings, reads,
+/// writes and creates. Chat-room reads (which may park) are the session's business.
+///
+/// In the device profile, walks and Tstat reproduce `bbs_create_node`: only message and /etc
+/// files are files; every other node says QTDIR with mode 0755 but no DMDIR and length 0, and
+/// some qid paths differ from the listing's.
+final class Tree: Sendable {
+  let board: Board
+  let files: FilesArea?
+  let device: Bool
+
+  init(board: Board, files: FilesArea?, device: Bool) {
+    self.board = board
+    self.files = files
+    self.device = device
+  }
+
+  private static let owner = "zephyr"
+
+  // MARK: Walking
+
+  /// The child `name` of `node`, or nil. `..` goes to the parent.
+  func walk(from node: Node, name: String) -> Node? {
+    if name == ".." { return node.parent }
+    if device && name.utf8.count > 63 { return nil }  // the device's walk buffer
+    switch node {
+    case .root:
+      switch name {
+      case "etc": return .etcDir
+      case "rooms": return .roomsDir
+      case "chat": return .chatDir
+      case "files": return files == nil ? nil : .files([])
+      default: return nil
+      }
+    case .etcDir:
+      if name == "nets" { return .netsDir }
+      return EtcField(rawValue: name).map { .etcFile($0) }
+    case .netsDir:
+      return etcNets.contains(name) ? .netsFile(name) : nil
+    case .roomsDir:
+      return board.rooms.hasRoom(name) ? .boardRoom(name) : nil
+    case .boardRoom(let room):
+      guard let message = try? board.rooms.message(in: room, named: name) else { return nil }
+      return .boardMessage(room: room, id: message.id)
+    case .chatDir:
+      switch name {
+      case "post": return .chatPost
+      case "users": return .chatUsers
+      default: return board.chat.roomNames.contains(name) ? .chatRoom(name) : nil
+      }
+    case .files(let path):
+      guard let files, FilesArea.isValidName(name),
+        let info = try? files.info(path + [name])
+      else { return nil }
+      _ = info
+      return .files(path + [name])
+    case .etcFile, .netsFile, .boardMessage, .chatPost, .chatUsers, .chatRoom:
+      return nil
+    }
+  }
+
+  /// Whether the node still exists (rooms and messages cannot vanish, files can).
+  func isDirectory(_ node: Node) -> Bool {
+    if case .files(let path) = node { return (try? files?.info(path))?.isDirectory ?? false }
+    return node.isDirectory
+  }
+
+  // MARK: Qids and stats
+
+  /// A stable number for the node within its kind.
+  private func identity(_ node: Node) -> UInt64 {
+    switch node {
+    case .root: return 0
+    case .etcDir: return 0
+    case .roomsDir: return 1
+    case .chatDir: return 2
+    case .etcFile(let field): return UInt64(EtcField.allCases.firstIndex(of: field) ?? 0)
+    case .netsDir: return 7
+    case .netsFile(let name): return 100 + UInt64(etcNets.firstIndex(of: name) ?? 0)
+    case .boardRoom(let name), .chatRoom(let name): return stableHash32(name)
+    case .boardMessage(_, let id): return UInt64(id)
+    case .chatPost: return 0
+    case .chatUsers: return 1
+    case .files(let path):
+      return (try? files?.info(path))?.inode ?? stableHash32(path.joined(separator: "/"))
+    }
+  }
+
+  /// The qid a listing shows.
+  func listingQid(_ node: Node) -> Qid {
+    let isDir = isDirectory(node)
+    let low = identity(node) & 0xFFFF_FFFF
+    return Qid(type: isDir ? .directory : .file, path: node.kind << 32 | low)
+  }
+
+  /// The qid a walk, attach, open or create returns.
+  func walkQid(_ node: Node) -> Qid {
+    guard device else { return listingQid(node) }
+    var path = node.kind << 32 | (identity(node) & 0xFFFF_FFFF)
+    switch node {
+    case .root, .etcDir, .roomsDir, .chatDir, .etcFile, .netsDir, .netsFile, .chatPost,
+      .chatUsers:
+      // A device puts a heap pointer here; the listing puts an index.
+      path = node.kind << 32 | (0x2000_0000 | (identity(node) & 0x0FFF_FFFF))
+    default: break
+    }
+    return Qid(type: deviceWalkIsFile(node) ? .file : .directory, path: path)
+  }
+
+  private func deviceWalkIsFile(_ node: Node) -> Bool {
+    switch node {
+    case .etcFile, .netsFile, .boardMessage: return true
+    case .files: return !isDirectory(node)
+    default: return false
+    }
+  }
+
+  /// The entry a listing of the node's parent shows for it.
+  func listingStat(_ node: Node, user: String) -> Stat {
+    let isDir = isDirectory(node)
+    var mode: FileMode
+    var length: UInt64 = 0
+    var mtime: UInt32 = 0
+    switch node {
+    case .etcFile(let field):
+      mode = FileMode(permissions: field.isWritable && board.etc.isAdmin(user) ? 0o644 : 0o444)
+      if !device { length = UInt64(board.etc.read(field).count) }
+    case .netsFile: mode = FileMode(permissions: 0o644)
+    case .boardMessage(let room, let id):
+      mode = FileMode(permissions: 0o644)
+      length = UInt64((try? board.rooms.message(in: room, id: id))?.body.count ?? 0)
+    case .chatPost: mode = FileMode(permissions: 0o200)
+    case .chatUsers, .chatRoom: mode = FileMode(permissions: 0o444)
+    case .files(let path):
+      let info = try? files?.info(path)
+      let permissions = (info?.permissions ?? 0o644) & (files?.writable == true ? 0o777 : 0o555)
+      mode = FileMode(permissions: permissions, isDir ? .directory : [])
+      length = isDir ? 0 : (info?.size ?? 0)
+      mtime = info?.mtime ?? 0
+    default: mode = FileMode(permissions: 0o755, .directory)
+    }
+    return Stat(
+      qid: listingQid(node), mode: mode, atime: mtime, mtime: mtime, length: length,
+      name: node.name, uid: Self.owner, gid: Self.owner, muid: Self.owner)
+  }
+
+  /// What Tstat says about a node.
+  func stat(_ node: Node, user: String) -> Stat {
+    guard device else { return listingStat(node, user: user) }
+    if case .files = node { return listingStat(node, user: user) }
+    let isFile = deviceWalkIsFile(node)
+    return Stat(
+      qid: walkQid(node), mode: FileMode(permissions: isFile ? 0o644 : 0o755), length: 0,
+      name: node.name, uid: Self.owner, gid: Self.owner, muid: Self.owner)
+  }
+
+  /// The children of a directory node, in listing order.
+  func children(_ node: Node) throws(NinePFailure) -> [Node] {
+    switch node {
+    case .root: return [.etcDir, .roomsDir, .chatDir] + (files == nil ? [] : [.files([])])
+    case .etcDir: return EtcField.allCases.map { .etcFile($0) } + [.netsDir]
+    case .netsDir: return etcNets.map { .netsFile($0) }
+    case .roomsDir: return board.rooms.roomNames.map { .boardRoom($0) }
+    case .boardRoom(let room):
+      do {
+        return try board.rooms.messages(in: room).map { .boardMessage(room: room, id: $0.id) }
+      } catch {
+        throw NinePFailure(error, operation: "read")
+      }
+    case .chatDir: return [.chatPost, .chatUsers] + board.chat.roomNames.map { .chatRoom($0) }
+    case .files(let path):
+      guard let files else { throw NinePFailure.notFound }
+      return try files.list(path).map { .files(path + [$0.name]) }
+    default: throw NinePFailure(errno: ENOTDIR, operation: "read")
+    }
+  }
+
+  /// A directory read: whole stat entries starting at byte `offset` of the listing, at most
+  /// `count` bytes.
+  func readDirectory(_ node: Node, offset: UInt64, count: Int, user: String) throws(NinePFailure)
+    -> [UInt8]
+  {
+    var out: [UInt8] = []
+    var position: UInt64 = 0
+    for child in try children(node) {
+      let entry = listingStat(child, user: user).encoded()
+      defer { position += UInt64(entry.count) }
+      if position < offset { continue }
+      if out.count + entry.count > count { break }
+      out += entry
+    }
+    return out
+  }
+
+  // MARK: Reading and writing
+
+  /// Reads a node that is not a chat room (those park; see Session).
+  func read(_ node: Node, offset: UInt64, count: Int, user: String, fd: Int32?)
+    throws(NinePFailure) -> [UInt8]
+  {
+    func slice(_ bytes: [UInt8]) -> [UInt8] {
+      guard offset < UInt64(bytes.count) else { return [] }
+      let start = Int(offset)
+      return Array(bytes[start..<min(bytes.count, start + count)])
+    }
+    switch node {
+    case .etcFile(let field): return slice(board.etc.read(field))
+    case .netsFile: throw NinePFailure(errno: ENOENT, operation: "read")
+    case .boardMessage(let room, let id):
+      do {
+        return slice(try board.rooms.message(in: room, id: id).rendered)
+      } catch {
+        throw NinePFailure(error, operation: "read")
+      }
+    case .chatPost: throw NinePFailure(errno: EINVAL, operation: "read")
+    case .chatUsers: return board.chat.usersList(count: count)
+    case .chatRoom(let room):
+      do {
+        return try board.chat.read(room: room, user: user, count: count)
+      } catch {
+        throw NinePFailure(error, operation: "read")
+      }
+    case .files:
+      if let fd {
+        var buffer = [UInt8](repeating: 0, count: count)
+        let got = buffer.withUnsafeMutableBytes {
+          pread(fd, $0.baseAddress, count, off_t(clamping: offset))
+        }
+        guard got >= 0 else { throw NinePFailure(errno: errno, operation: "read") }
+        return Array(buffer[0..<got])
+      }
+      return try readDirectory(node, offset: offset, count: count, user: user)
+    case .root, .etcDir, .netsDir, .roomsDir, .boardRoom, .chatDir:
+      return try readDirectory(node, offset: offset, count: count, user: user)
+    }
+  }
+
+  /// Writes a node; returns the count to report.
+  func write(_ node: Node, offset: UInt64, data: [UInt8], user: String, fd: Int32?)
+    throws(NinePFailure) -> Int
+  {
+    do {
+      switch node {
+      case .chatPost:
+        try board.chat.post(payload: data, author: user)
+        return data.count
+      case .etcFile(let field):
+        return try board.etc.write(field, offset: offset, data: data, user: user)
+      case .boardMessage(let room, let id):
+        return try board.rooms.write(in: room, id: id, offset: offset, data: data)
+      case .files:
+        guard let fd else { throw NinePFailure(errno: EISDIR, operation: "write") }
+        let wrote = data.withUnsafeBytes {
+          pwrite(fd, $0.baseAddress, data.count, off_t(clamping: offset))
+        }
+        guard wrote >= 0 else { throw NinePFailure(errno: errno, operation: "write") }
+        return wrote
+      default:
+        throw NinePFailure(errno: EISDIR, operation: "write")
+      }
+    } catch let error as BoardError {
+      throw NinePFailure(error, operation: "write")
+    } catch let error as NinePFailure {
+      throw error
+    } catch {
+      throw NinePFailure(errno: EIO, operation: "write")
+    }
+  }
+
+  /// Tcreate in `parent`: a board room at the root, a message in a board room, a file or
+  /// directory in the files area. Returns the new node and, for files, an open descriptor.
+  func create(
+    in parent: Node, name: String, perm: FileMode, mode: OpenMode, user: String
+  ) throws(NinePFailure) -> (node: Node, fd: Int32?) {
+    do {
+      switch parent {
+      case .root:
+        try board.createRoomAtRoot(name)
+        return (.boardRoom(name), nil)
+      case .boardRoom(let room):
+        let message = try board.rooms.createMessage(in: room, name: name, author: user)
+        return (.boardMessage(room: room, id: message.id), nil)
+      case .files(let path):
+        guard let files else { throw NinePFailure.notFound }
+        let fd = try files.create(
+          in: path, name: name, directory: perm.isDirectory, permissions: perm.permissions,
+          mode: mode)
+        return (.files(path + [name]), fd)
+      default:
+        throw NinePFailure(errno: EPERM, operation: "create")
+      }
+    } catch let error as BoardError {
+      throw NinePFailure(error, operation: "create")
+    } catch let error as NinePFailure {
+      throw error
+    } catch {
+      throw NinePFailure(errno: EIO, operation: "create")
+    }
+  }
+
+  /// Tremove: only files-area entries can go; the BBS has no deletion.
+  func remove(_ node: Node) throws(NinePFailure) {
+    guard case .files(let path) = node, let files else {
+      throw NinePFailure(errno: ENOTSUP, operation: "remove")
+    }
+    try files.remove(path)
+  }
+}
