@@ -1,0 +1,140 @@
+// 9bbsd: the reference 9BBS server. A thin shell around BBSServer: parses options, sets up
+// logging, handles SIGINT/SIGTERM on a dispatch queue and waits for the server's threads.
+
+import ArgumentParser
+import BBSServer
+import Dispatch
+import Foundation
+import Glibc
+import Logging
+import NinePTransport
+
+@main
+struct BBSDaemonCommand: ParsableCommand {
+  static let configuration = CommandConfiguration(
+    commandName: "9bbsd",
+    abstract: "Serve a 9BBS bulletin board over 9P2000.",
+    discussion: """
+      Serves /etc, /rooms and /chat like a 9BBS board, over TCP, Unix or seqpacket sockets.
+      With --profile device it reproduces a real board's limits and quirks and disconnects a
+      client that breaks the board's wire rules. Without --listen or --stdio it listens on
+      \(BBSServerConfiguration.defaultListen).
+      """)
+
+  @Option(
+    name: .customLong("listen"),
+    help: "Listen address: tcp!host!port, unix!/path or seqpacket!/path[!sdu] (repeatable).")
+  var listen: [String] = []
+
+  @Flag(help: "Serve one session on standard input and output.")
+  var stdio = false
+
+  @Option(help: "Comma-separated chat rooms (the board rooms created on first start).")
+  var rooms = "lobby"
+
+  @Option(help: "Initial /etc/boardname.")
+  var boardName: String?
+
+  @Option(help: "Initial /etc/motd.")
+  var motd: String?
+
+  @Option(help: "Serve this directory under /files (read-only unless --files-rw).")
+  var files: String?
+
+  @Flag(help: "Allow writing, creating and removing under /files.")
+  var filesRw = false
+
+  @Option(help: "Keep the board in DIR/9bbs.sqlite across restarts.")
+  var data: String?
+
+  @Option(help: "default or device.")
+  var profile = "default"
+
+  @Option(help: "Device profile: the largest SDU accepted from a client.")
+  var sdu = 245
+
+  @Option(help: "Device profile: hold each request this many milliseconds.")
+  var processingDelay = 0
+
+  @Option(help: "Largest msize granted (the device profile caps it at 8192).")
+  var maxMsize: Int?
+
+  @Option(help: "trace, debug, info, notice, warning, error or critical.")
+  var logLevel = "info"
+
+  func validate() throws {
+    guard BBSProfile(rawValue: profile) != nil else {
+      throw ValidationError("--profile must be 'default' or 'device'")
+    }
+    guard Logger.Level(rawValue: logLevel) != nil else {
+      throw ValidationError(
+        "--log-level must be one of trace, debug, info, notice, warning, error, critical")
+    }
+    guard sdu >= 8 else { throw ValidationError("--sdu must be at least 8") }
+    guard processingDelay >= 0 else { throw ValidationError("--processing-delay must be ≥ 0") }
+    if files == nil && filesRw { throw ValidationError("--files-rw needs --files DIR") }
+  }
+
+  func run() throws {
+    // Threads inherit the signal mask; start from an empty one so SIGINT/SIGTERM arrive.
+    var empty = sigset_t()
+    sigemptyset(&empty)
+    pthread_sigmask(SIG_SETMASK, &empty, nil)
+
+    let level = Logger.Level(rawValue: logLevel) ?? .info
+    LoggingSystem.bootstrap { label in
+      var handler = StreamLogHandler.standardError(label: label)
+      handler.logLevel = level
+      return handler
+    }
+    let logger = Logger(label: "9bbsd")
+
+    let roomList = rooms.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+      .filter { !$0.isEmpty }
+    let listenAddresses =
+      listen.isEmpty && !stdio ? [BBSServerConfiguration.defaultListen] : listen
+    let configuration = BBSServerConfiguration(
+      listen: listenAddresses, profile: BBSProfile(rawValue: profile) ?? .standard,
+      rooms: roomList, boardName: boardName, motd: motd, filesDirectory: files,
+      filesWritable: filesRw, dataDirectory: data, maxMessageSize: maxMsize, sduLimit: sdu,
+      processingDelay: .milliseconds(processingDelay))
+
+    let server: BBSServer
+    do {
+      server = try BBSServer(configuration: configuration, logger: logger)
+      try server.start()
+    } catch {
+      logger.critical("9bbsd: \(error)")
+      throw ExitCode.failure
+    }
+
+    let signals = DispatchQueue(label: "9bbsd.signals")
+    var sources: [any DispatchSourceSignal] = []
+    for number in [SIGINT, SIGTERM] {
+      signal(number, SIG_IGN)
+      let source = DispatchSource.makeSignalSource(signal: number, queue: signals)
+      source.setEventHandler {
+        logger.notice("9bbsd: signal \(number), shutting down")
+        server.stop()
+      }
+      source.resume()
+      sources.append(source)
+    }
+
+    if stdio {
+      do {
+        server.serve(try dial(.fd(read: 0, write: 1)))
+      } catch {
+        logger.critical("9bbsd: cannot serve standard input/output: \(error)")
+        server.stop()
+        throw ExitCode.failure
+      }
+    }
+    // Returns once every server thread has finished: after a signal, or when the --stdio
+    // session ends and nothing else listens.
+    server.waitUntilStopped()
+    server.stop()
+    withExtendedLifetime(sources) {}
+    logger.notice("9bbsd: stopped")
+  }
+}

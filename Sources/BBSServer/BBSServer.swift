@@ -1,0 +1,214 @@
+// BBSServer: the reference 9BBS server as a library (`9bbsd` and `mount9bbs --local` run it).
+//
+// Moving parts and who talks to whom:
+// - `Board` (Board/) is the content: chat rooms with per-user cursors and waiters, board rooms,
+//   /etc and users, persisted through a `BoardStore` (memory or SQLite). Every part has its own
+//   Mutex; nothing in it knows 9P.
+// - `Tree` maps the 9BBS namespace (facts §1.2) onto the board and the optional files area:
+//   walks, qids, stats (with the device's QTDIR quirks), listings, reads, writes, creates.
+// - `Session` is one 9P session: msize, fids, parked reads. `process(frame)` runs one request
+//   under the session's lock and returns the reply frames; a parked chat read registers a
+//   waiter with the chat hub, and a later post wakes it on `wakeQueue`, which re-reads under
+//   the same lock and sends the Rread itself.
+// - `BBSServer` owns the listeners and connections. Threads: one accept thread per listener,
+//   one reader thread per connection (blocking sockets, no event loop). Default profile: the
+//   reader thread calls `process` and sends the replies, so a parked read never blocks the
+//   session. Device profile: the reader thread runs the RX state machine of a board
+//   (WAIT_SIZE → WAIT_DATA → PROCESSING) over raw SDUs and hands complete messages to one
+//   serial worker queue shared by all sessions (the device's `9p_proc`), which may hold each
+//   request for `processingDelay`; a client that breaks the wire rules is disconnected with an
+//   error log line that says what it did wrong.
+// - Posting threads never block on a slow client: wake-ups run on `wakeQueue`.
+
+import Dispatch
+import Foundation
+import Logging
+import NinePProtocol
+import NinePTransport
+import Synchronization
+
+/// The reference 9BBS server.
+///
+/// ```swift
+/// let server = try BBSServer(configuration: BBSServerConfiguration(listen: ["tcp!127.0.0.1!0"]))
+/// let addresses = try server.start()   // e.g. ["tcp!127.0.0.1!40123"]
+/// …
+/// server.stop()
+/// ```
+public final class BBSServer: Sendable {
+  /// The configuration the server was built with.
+  public let configuration: BBSServerConfiguration
+  /// The content served; tests and the mount's `--local` mode may use it directly.
+  public let board: Board
+
+  let tree: Tree
+  let logger: Logger
+  let worker = DispatchQueue(label: "9bbs.proc")
+  let wakeQueue = DispatchQueue(label: "9bbs.wake", attributes: .concurrent)
+  private let state = Mutex(RunState())
+  private let threads = DispatchGroup()
+
+  private struct RunState {
+    var listeners: [Listener] = []
+    var bound: [String] = []
+    var connections: [Int: Connection] = [:]
+    var nextID = 1
+    var running = false
+    var stopped = false
+  }
+
+  /// Builds the server: opens the store (`dataDirectory`) and the files area, loads the board.
+  /// Nothing listens until ``start()``.
+  public init(
+    configuration: BBSServerConfiguration, clock: any BoardClock = SystemBoardClock(),
+    logger: Logger = Logger(label: "9bbsd")
+  ) throws(ServerError) {
+    self.configuration = configuration
+    self.logger = logger
+    let store: any BoardStore
+    if let directory = configuration.dataDirectory {
+      do {
+        store = try SQLiteBoardStore(directory: directory)
+      } catch {
+        throw ServerError.storeFailed("\(error)")
+      }
+    } else {
+      store = InMemoryBoardStore()
+    }
+    guard !configuration.rooms.isEmpty else {
+      throw ServerError.badConfiguration("at least one chat room is needed")
+    }
+    var defaults: [EtcField: String] = [:]
+    defaults[.boardname] = configuration.boardName
+    defaults[.motd] = configuration.motd
+    do {
+      board = try Board(
+        configuration: BoardConfiguration(
+          chatRooms: configuration.rooms, limits: .forProfile(configuration.profile),
+          etcDefaults: defaults),
+        store: store, clock: clock, logger: logger)
+    } catch {
+      throw ServerError.storeFailed("\(error)")
+    }
+    let files = try configuration.filesDirectory.map { (directory) throws(ServerError) in
+      try FilesArea(directory: directory, writable: configuration.filesWritable)
+    }
+    tree = Tree(board: board, files: files, device: configuration.profile == .device)
+  }
+
+  /// Opens every configured listener and starts accepting. Returns the bound addresses as dial
+  /// strings (a `tcp` port 0 shows the port the kernel chose).
+  /// - Throws: ``ServerError/listenFailed(address:reason:)``; listeners opened so far are closed.
+  @discardableResult
+  public func start() throws(ServerError) -> [String] {
+    var opened: [Listener] = []
+    for dial in configuration.listen {
+      do {
+        let address = try TransportAddress(parsing: dial)
+        opened.append(try Listener(address: address))
+      } catch {
+        for listener in opened { listener.close() }
+        throw ServerError.listenFailed(address: dial, reason: "\(error)")
+      }
+    }
+    let bound = opened.map { $0.boundAddress.description }
+    state.withLock {
+      $0.listeners += opened
+      $0.bound += bound
+      $0.running = true
+    }
+    for listener in opened {
+      logger.notice(
+        "9bbsd (\(configuration.profile.rawValue) profile) listening on \(listener.boundAddress)")
+      spawn(name: "9bbs.accept") { [self] in acceptLoop(listener) }
+    }
+    return bound
+  }
+
+  /// The addresses the server listens on.
+  public var boundAddresses: [String] { state.withLock { $0.bound } }
+
+  /// Number of connected sessions.
+  public var sessionCount: Int { state.withLock { $0.connections.count } }
+
+  /// Serves one already-connected transport (e.g. stdin/stdout for `9bbsd --stdio`) on its own
+  /// reader thread, like an accepted connection.
+  public func serve(_ transport: any MessageTransport) {
+    guard let connection = admit(transport) else { return }
+    spawn(name: "9bbs.conn") { connection.run() }
+  }
+
+  /// Stops listening, disconnects every client and waits (a bounded time) for the server's
+  /// threads to finish. Unix socket files are removed. Idempotent.
+  public func stop() {
+    let (listeners, connections) = state.withLock { state in
+      state.running = false
+      state.stopped = true
+      let result = (state.listeners, Array(state.connections.values))
+      state.listeners.removeAll()
+      return result
+    }
+    for listener in listeners { listener.close() }
+    for connection in connections { connection.close(reason: "server stopping") }
+    if threads.wait(timeout: .now() + 5) == .timedOut {
+      logger.warning("9bbsd: some connection threads did not finish within 5 s")
+    }
+  }
+
+  /// Blocks until ``stop()`` has finished all threads (for `9bbsd`).
+  public func waitUntilStopped() {
+    threads.wait()
+  }
+
+  // MARK: Internals
+
+  private func spawn(name: String, _ body: @escaping @Sendable () -> Void) {
+    threads.enter()
+    let thread = Thread { [threads] in
+      body()
+      threads.leave()
+    }
+    thread.name = name
+    thread.start()
+  }
+
+  private func acceptLoop(_ listener: Listener) {
+    while true {
+      let transport: SocketTransport?
+      do {
+        transport = try listener.accept()
+      } catch {
+        logger.error("9bbsd: accept on \(listener.boundAddress) failed: \(error)")
+        if !state.withLock({ $0.running }) { return }
+        Thread.sleep(forTimeInterval: 0.05)
+        continue
+      }
+      guard let transport else { return }
+      serve(transport)
+    }
+  }
+
+  private func admit(_ transport: any MessageTransport) -> Connection? {
+    let admitted = state.withLock { state -> Connection? in
+      guard !state.stopped else { return nil }
+      if let max = configuration.maxSessions, state.connections.count >= max {
+        return nil
+      }
+      let id = state.nextID
+      state.nextID += 1
+      let connection = Connection(id: id, transport: transport, server: self)
+      state.connections[id] = connection
+      return connection
+    }
+    if admitted == nil {
+      logger.warning(
+        "9bbsd: refusing \(transport.address): all \(configuration.maxSessions ?? 0) sessions in use")
+      transport.close()
+    }
+    return admitted
+  }
+
+  func connectionEnded(_ id: Int) {
+    _ = state.withLock { $0.connections.removeValue(forKey: id) }
+  }
+}

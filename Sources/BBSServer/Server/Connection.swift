@@ -1,0 +1,202 @@
+import Dispatch
+import Foundation
+import Logging
+import NinePProtocol
+import NinePTransport
+import Synchronization
+
+/// One client connection: its transport, its session and the reader loop that feeds it.
+final class Connection: Sendable {
+  /// The device RX state machine of facts §3.2.
+  private enum Receive: Sendable {
+    case waitSize
+    case waitData
+    case processing(String)
+  }
+
+  let id: Int
+  private let transport: any MessageTransport
+  private let raw: SocketTransport?
+  private let server: BBSServer
+  private let session: Session
+  private let logger: Logger
+  private let sendFrames: @Sendable ([[UInt8]]) -> Void
+  private let receive = Mutex(Receive.waitSize)
+  private let closed = Mutex(false)
+
+  init(id: Int, transport: any MessageTransport, server: BBSServer) {
+    self.id = id
+    self.transport = transport
+    self.server = server
+    self.logger = server.logger
+    let socket = transport as? SocketTransport
+    raw = server.configuration.profile == .device && socket?.isPacket == true ? socket : nil
+    // Frames of one batch go out back to back (Rread(0) before Rflush). A device sends every
+    // reply as exactly one SDU. Send failures surface as a receive failure on the reader.
+    let lock = Mutex(())
+    let socket = raw
+    sendFrames = { frames in
+      lock.withLock { _ in
+        for frame in frames {
+          if let socket { try? socket.sendRaw(frame) } else { try? transport.send(frame) }
+        }
+      }
+    }
+    session = Session(
+      id: id, tree: server.tree, configuration: server.configuration, logger: server.logger,
+      wakeQueue: server.wakeQueue, send: sendFrames)
+  }
+
+  private func send(_ frames: [[UInt8]]) {
+    if !frames.isEmpty { sendFrames(frames) }
+  }
+
+  /// The reader loop; returns when the client goes away or the connection is closed.
+  func run() {
+    logger.info("session \(id): \(transport.address) connected")
+    if raw != nil {
+      runDevicePackets()
+    } else if server.configuration.profile == .device {
+      runDeviceStream()
+    } else {
+      runMultiplexed()
+    }
+    close(reason: nil)
+  }
+
+  /// Closes the transport and drops the session's parked reads. Idempotent.
+  func close(reason: String?) {
+    let first = closed.withLock { closed -> Bool in
+      defer { closed = true }
+      return !closed
+    }
+    guard first else { return }
+    transport.close()
+    session.close()
+    server.connectionEnded(id)
+    logger.info("session \(id): disconnected\(reason.map { " (\($0))" } ?? "")")
+  }
+
+  // MARK: Default profile
+
+  private func runMultiplexed() {
+    while true {
+      let frame: [UInt8]?
+      do {
+        frame = try transport.receive(limit: session.msize)
+      } catch {
+        if !closed.withLock({ $0 }) {
+          logger.warning("session \(id): receive failed: \(error); disconnecting")
+        }
+        return
+      }
+      guard let frame else { return }
+      send(session.process(frame))
+    }
+  }
+
+  // MARK: Device profile
+
+  /// Device profile over a byte stream (TCP, Unix): no SDUs to police, but one request at a
+  /// time on the shared worker.
+  private func runDeviceStream() {
+    while true {
+      let frame: [UInt8]?
+      do {
+        frame = try transport.receive(limit: session.msize)
+      } catch {
+        if !closed.withLock({ $0 }) {
+          logger.error("device profile: session \(id): \(error) — disconnecting")
+        }
+        return
+      }
+      guard let frame else { return }
+      let done = DispatchSemaphore(value: 0)
+      process(frame) { done.signal() }
+      done.wait()
+    }
+  }
+
+  /// Device profile over SDUs: the RX state machine of a board's L2CAP session pool.
+  private func runDevicePackets() {
+    guard let raw else { return }
+    let limit = server.configuration.sduLimit
+    let receiveBuffer = server.configuration.maxMessageSize
+    var buffer: [UInt8] = []
+    while true {
+      let sdu: [UInt8]?
+      do {
+        sdu = try raw.receiveRaw(maxBytes: 65536)
+      } catch {
+        if !closed.withLock({ $0 }) {
+          logger.warning("session \(id): receive failed: \(error); disconnecting")
+        }
+        return
+      }
+      guard let sdu else { return }
+      if case .processing(let what) = receive.withLock({ $0 }) {
+        return violation("SDU arrived while busy (\(what) in progress)")
+      }
+      if sdu.count > limit {
+        return violation("SDU of \(sdu.count) bytes exceeds the \(limit)-byte limit")
+      }
+      buffer += sdu
+      guard buffer.count >= 4 else {
+        receive.withLock { $0 = .waitSize }
+        continue
+      }
+      let size =
+        Int(buffer[0]) | Int(buffer[1]) << 8 | Int(buffer[2]) << 16 | Int(buffer[3]) << 24
+      if size < NineP.headerSize || size > receiveBuffer {
+        return violation(
+          "bad size prefix \(size) (must be 7…\(receiveBuffer), the receive buffer)")
+      }
+      if buffer.count < size {
+        receive.withLock { $0 = .waitData }
+        continue
+      }
+      if buffer.count > size {
+        return violation(
+          "SDU carries \(buffer.count - size) bytes after a complete \(describe(buffer)) (two messages in one SDU)"
+        )
+      }
+      let frame = buffer
+      buffer = []
+      receive.withLock { $0 = .processing(describe(frame)) }
+      process(frame) {}
+    }
+  }
+
+  /// Runs one request on the shared worker, honouring the processing delay. The channel is
+  /// idle again before the reply is sent (or as soon as the read parks).
+  private func process(_ frame: [UInt8], completion: @escaping @Sendable () -> Void) {
+    let delay = server.configuration.processingDelay
+    server.worker.async { [self] in
+      if delay > .zero { Thread.sleep(forTimeInterval: delay.seconds) }
+      let replies = closed.withLock({ $0 }) ? [] : session.process(frame)
+      receive.withLock { $0 = .waitSize }
+      send(replies)
+      completion()
+    }
+  }
+
+  private func violation(_ what: String) {
+    logger.error("device profile: session \(id): \(what) — disconnecting")
+    close(reason: "device wire rule broken")
+  }
+
+  private func describe(_ frame: [UInt8]) -> String {
+    guard frame.count >= 7 else { return "message" }
+    let tag = UInt16(frame[5]) | UInt16(frame[6]) << 8
+    let type = MessageType(rawValue: frame[4]).map { "\($0)" } ?? "type \(frame[4])"
+    return "tag \(tag) \(type)"
+  }
+}
+
+extension Duration {
+  /// The duration in seconds, as a floating-point number.
+  var seconds: Double {
+    let (whole, fraction) = components
+    return Double(whole) + Double(fraction) / 1e18
+  }
+}
