@@ -422,6 +422,33 @@ final class SocketTransportTests: XCTestCase {
     XCTFail("no connection attempt timed out")
   }
 
+  func testBadInheritedDescriptor() {
+    XCTAssertThrowsError(try dial(.fd(read: 987_654, write: 987_654))) { error in
+      XCTAssertEqual(
+        error as? TransportError,
+        .connectFailed(address: "fd!987654", reason: "Bad file descriptor"))
+    }
+  }
+
+  func testIPv6RoundTrip() throws {
+    let listener: Listener
+    do {
+      listener = try Listener(address: .tcp(host: "::1", port: 0))
+    } catch {
+      throw XCTSkip("no IPv6 loopback here: \(error)")
+    }
+    defer { listener.close() }
+    guard case .tcp(_, let port) = listener.boundAddress else { return XCTFail("not tcp") }
+    let accepted = Background { try listener.accept() }
+    let client = try dial(TransportAddress(parsing: "[::1]:\(port)"))
+    defer { client.close() }
+    guard let server = try accepted.value() else { return XCTFail("accept returned nil") }
+    defer { server.close() }
+    let message = patternMessage(tag: 6, length: 60)
+    try client.send(message)
+    XCTAssertEqual(try server.receive(limit: 8192), message)
+  }
+
   func testL2CAPReportsBluetoothUnavailable() throws {
     let address = try TransportAddress(parsing: "l2cap!C0:FF:EE:00:00:01!0x0080")
     XCTAssertThrowsError(try dial(address)) { error in
