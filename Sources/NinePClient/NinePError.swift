@@ -1,0 +1,61 @@
+import NinePProtocol
+import NinePTransport
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// Why a 9P request failed.
+public enum NinePError: Error, Sendable, Equatable, CustomStringConvertible {
+  /// The server answered Rerror. `errno` comes from ``ErrorStrings``; the text is kept for logs.
+  case server(ename: String, errno: Int32)
+  /// The request was flushed (Tflush answered) before its reply arrived.
+  case flushed
+  /// The request was withdrawn before it was sent.
+  case cancelled
+  /// No reply within the request's timeout; the request was flushed.
+  case timedOut
+  /// The session is closed or was reset; `reason` says why.
+  case sessionClosed(reason: String)
+  /// The server broke the protocol (bad frame, wrong reply type, too much data…).
+  case protocolViolation(String)
+  /// The server speaks another 9P dialect.
+  case versionNotSupported(serverSaid: String)
+  /// A path does not exist (walk failed at `component`).
+  case notFound(path: String)
+  /// A local limit was reached (fids, tags) and the request could not be queued.
+  case resourceExhausted(String)
+  /// The transport failed.
+  case transport(TransportError)
+
+  /// The errno a file system should report for this error.
+  public var errno: Int32 {
+    switch self {
+    case .server(_, let code): code
+    case .flushed, .cancelled: EINTR
+    case .timedOut: ETIMEDOUT
+    case .sessionClosed: ENOTCONN
+    case .protocolViolation: EIO
+    case .versionNotSupported: EPROTONOSUPPORT
+    case .notFound: ENOENT
+    case .resourceExhausted: EMFILE
+    case .transport: EIO
+    }
+  }
+
+  public var description: String {
+    switch self {
+    case .server(let ename, _): "server error: \(ename)"
+    case .flushed: "request flushed"
+    case .cancelled: "request cancelled"
+    case .timedOut: "no reply from the server in time"
+    case .sessionClosed(let reason): "9P session closed: \(reason)"
+    case .protocolViolation(let what): "server broke the 9P protocol: \(what)"
+    case .versionNotSupported(let said):
+      "server does not speak 9P2000 (it answered Tversion with \"\(said)\")"
+    case .notFound(let path): "\(path): file not found"
+    case .resourceExhausted(let what): "out of \(what)"
+    case .transport(let error): error.description
+    }
+  }
+}

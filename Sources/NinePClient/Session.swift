@@ -1,0 +1,662 @@
+// A 9P2000 session: one connection (TCP stream, Unix socket, L2CAP channel…) with its
+// version/attach, tag table, fid table and wire discipline.
+//
+// Moving parts:
+// - Callers (FUSE worker threads, feeds, async wrappers) call `send(_:options:completion:)`,
+//   which only queues the request under the lock and signals the writer; it never blocks on I/O.
+// - The writer thread takes queued requests in order whenever the profile allows (tag window,
+//   device busy rule, parked-read slots, one read per fid), assigns tags and writes frames. It
+//   also expires request timeouts, sending Tflush for what was already on the wire.
+// - The reader thread decodes replies, checks them against their requests and calls the
+//   completions. Completions run on the reader thread and must not block.
+// - Any transport error, EOF or protocol violation closes the session: every pending request
+//   fails with `.sessionClosed(reason)` and `onClose` tells the owner (the pool) why.
+
+import DequeModule
+import Foundation
+import Logging
+import NinePProtocol
+import NinePTransport
+
+/// Per-request options.
+public struct RequestOptions: Sendable {
+  /// The read targets a stream and may park at the server until data arrives: it does not
+  /// keep a device channel busy, never times out, and counts against the parked-read slots.
+  public var mayPark: Bool
+  /// Overrides the session's default timeout; `.some(nil)` waits forever.
+  public var timeout: Duration??
+
+  public init(mayPark: Bool = false, timeout: Duration?? = .none) {
+    self.mayPark = mayPark
+    self.timeout = timeout
+  }
+}
+
+/// Identifies a submitted request, for ``Session/cancel(_:)``.
+public struct RequestHandle: Hashable, Sendable {
+  let id: UInt64
+}
+
+/// Counters for status displays and benchmarks.
+public struct SessionStatistics: Sendable {
+  public var requestsInFlight = 0
+  public var requestsQueued = 0
+  public var parkedReads = 0
+  public var messagesSent: UInt64 = 0
+  public var messagesReceived: UInt64 = 0
+  public var bytesSent: UInt64 = 0
+  public var bytesReceived: UInt64 = 0
+  /// Smoothed round-trip time of non-parked requests.
+  public var roundTrip: Duration = .zero
+}
+
+/// One 9P2000 connection. Thread-safe; see the file comment for its threads.
+public final class Session: @unchecked Sendable {
+  public typealias Completion = @Sendable (Result<Message, NinePError>) -> Void
+
+  public let configuration: SessionConfiguration
+  public let transport: any MessageTransport
+  /// The msize agreed in Tversion.
+  public let msize: UInt32
+  /// The fid of the attach point; every walk starts here.
+  public let rootFid: Fid
+  /// The qid the server gave the attach point (set once, before `connect` returns).
+  public private(set) var rootQid = Qid(path: 0)
+  let logger: Logger
+
+  private let condition = NSCondition()
+  private var state: State
+  private var onCloseHandlers: [@Sendable (String) -> Void] = []
+
+  private final class Pending {
+    let id: UInt64
+    let message: Message
+    let mayPark: Bool
+    let completion: Completion?
+    var deadline: ContinuousClock.Instant?
+    var tag: Tag?
+    var sentAt: ContinuousClock.Instant?
+    /// The caller has been answered (timeout, cancel); a late reply is only cleaned up.
+    var abandoned = false
+    /// Tflush sent for this request.
+    var flushing = false
+    /// For Tflush: the request it flushes.
+    weak var flushTarget: Pending?
+
+    init(id: UInt64, message: Message, mayPark: Bool, completion: Completion?) {
+      self.id = id
+      self.message = message
+      self.mayPark = mayPark
+      self.completion = completion
+    }
+
+    var readFid: Fid? {
+      if case .tread(let fid, _, _) = message { return fid }
+      return nil
+    }
+  }
+
+  private struct State {
+    var nextID: UInt64 = 1
+    var queue: Deque<Pending> = []
+    var inFlight: [Tag: Pending] = [:]
+    var byID: [UInt64: Pending] = [:]
+    var freeTags: [Tag]
+    var usedFids: Set<Fid> = []
+    var nextFid: Fid = 1
+    var readingFids: Set<Fid> = []
+    var parked = 0
+    /// Device profile: the non-parked request that keeps the channel busy.
+    var busyTag: Tag?
+    /// Device profile: the channel counts as busy until then (a read that may park).
+    var busyUntil: ContinuousClock.Instant?
+    var closedReason: String?
+    var statistics = SessionStatistics()
+    var loggedOversize = false
+  }
+
+  private init(
+    transport: any MessageTransport, configuration: SessionConfiguration, msize: UInt32,
+    rootFid: Fid, logger: Logger
+  ) {
+    self.transport = transport
+    self.configuration = configuration
+    self.msize = msize
+    self.rootFid = rootFid
+    self.logger = logger
+    let tagCount = max(1, min(configuration.maxTags, Int(NineP.noTag)))
+    state = State(freeTags: (0..<Tag(tagCount)).reversed())
+  }
+
+  // MARK: - Connecting
+
+  /// Negotiates the version and attaches, then starts the session's threads.
+  ///
+  /// Blocks the calling thread for at most the configuration's timeout (or 30 s).
+  public static func connect(
+    transport: any MessageTransport, configuration: SessionConfiguration,
+    logger: Logger = Logger(label: "mount9bbs.client")
+  ) throws(NinePError) -> Session {
+    let timeout = configuration.requestTimeout ?? .seconds(30)
+    let msize = try negotiateVersion(transport, configuration, timeout: timeout, logger: logger)
+    var logger = logger
+    logger[metadataKey: "server"] = "\(transport.address)"
+    let session = Session(
+      transport: transport, configuration: configuration, msize: msize, rootFid: 0,
+      logger: logger)
+    session.state.usedFids.insert(0)
+    session.startThreads()
+    let reply = session.sendAndWait(
+      .tattach(
+        fid: 0, afid: NineP.noFid, uname: configuration.uname, aname: configuration.aname),
+      timeout: timeout)
+    switch reply {
+    case .success(.rattach(let qid)):
+      session.rootQid = qid
+      return session
+    case .success(let other):
+      session.close(reason: "unexpected attach reply")
+      throw .protocolViolation("Tattach answered with \(other.type)")
+    case .failure(let error):
+      session.close(reason: "attach failed: \(error)")
+      throw error
+    }
+  }
+
+  private static func negotiateVersion(
+    _ transport: any MessageTransport, _ configuration: SessionConfiguration,
+    timeout: Duration, logger: Logger
+  ) throws(NinePError) -> UInt32 {
+    let request = Message.tversion(msize: configuration.requestedMsize, version: NineP.version)
+    let watchdog = Watchdog(after: timeout) { transport.close() }
+    defer { watchdog.cancel() }
+    let frame: [UInt8]
+    do {
+      try transport.send(request.encoded(tag: NineP.noTag))
+      guard let received = try transport.receive(limit: Int(configuration.requestedMsize)) else {
+        throw NinePError.sessionClosed(reason: "the server closed the connection during Tversion")
+      }
+      frame = received
+    } catch let error as TransportError {
+      if watchdog.fired { throw .timedOut }
+      throw .transport(error)
+    } catch let error as NinePError {
+      throw error
+    } catch {
+      throw .sessionClosed(reason: "\(error)")
+    }
+    let reply: Message
+    do {
+      // Gen-1 devices answer NOTAG whatever we sent; HEAD echoes. Both are fine here.
+      reply = try Message.decode(frame, limits: .unbounded).message
+    } catch {
+      throw .protocolViolation("bad Rversion: \(error)")
+    }
+    switch reply {
+    case .rversion(let msize, let version):
+      guard version.hasPrefix(NineP.version), !version.hasPrefix("9P2000.") else {
+        throw .versionNotSupported(serverSaid: version)
+      }
+      guard msize >= 64 else {
+        throw .protocolViolation("server offered msize \(msize), too small for 9P")
+      }
+      if msize > configuration.requestedMsize {
+        logger.notice(
+          "server answered msize \(msize) above the \(configuration.requestedMsize) asked; using ours"
+        )
+      }
+      return min(msize, configuration.requestedMsize)
+    case .rerror(let ename):
+      throw .versionNotSupported(serverSaid: ename)
+    default:
+      throw .protocolViolation("Tversion answered with \(reply.type)")
+    }
+  }
+
+  // MARK: - Requests
+
+  /// Queues a request; `completion` is called exactly once with the reply (Rerror becomes
+  /// ``NinePError/server(ename:errno:)``) or an error. Never blocks.
+  @discardableResult
+  public func send(
+    _ message: Message, options: RequestOptions = RequestOptions(),
+    completion: @escaping Completion
+  ) -> RequestHandle {
+    condition.lock()
+    let id = state.nextID
+    state.nextID += 1
+    if let reason = state.closedReason {
+      condition.unlock()
+      completion(.failure(.sessionClosed(reason: reason)))
+      return RequestHandle(id: id)
+    }
+    let pending = Pending(
+      id: id, message: message, mayPark: options.mayPark, completion: completion)
+    let timeout: Duration? =
+      if let explicit = options.timeout { explicit } else if options.mayPark { nil } else {
+        configuration.requestTimeout
+      }
+    if let timeout { pending.deadline = .now + timeout }
+    state.queue.append(pending)
+    state.byID[id] = pending
+    condition.signal()
+    condition.unlock()
+    return RequestHandle(id: id)
+  }
+
+  /// Withdraws a request. Not yet sent: it completes with `.cancelled`. On the wire: Tflush is
+  /// sent and the request completes with its reply if that crosses the flush, else `.flushed`.
+  public func cancel(_ handle: RequestHandle) {
+    condition.lock()
+    guard let pending = state.byID[handle.id], !pending.abandoned else {
+      condition.unlock()
+      return
+    }
+    if pending.tag == nil {
+      state.queue.removeAll { $0 === pending }
+      state.byID[handle.id] = nil
+      condition.unlock()
+      pending.completion?(.failure(.cancelled))
+      return
+    }
+    enqueueFlushLocked(pending)
+    condition.signal()
+    condition.unlock()
+  }
+
+  private func enqueueFlushLocked(_ pending: Pending) {
+    guard !pending.flushing, let tag = pending.tag else { return }
+    pending.flushing = true
+    let flush = Pending(
+      id: state.nextID, message: .tflush(oldtag: tag), mayPark: false, completion: nil)
+    state.nextID += 1
+    flush.flushTarget = pending
+    // Flushes go ahead of new work: they free tags and parked-read slots.
+    state.queue.prepend(flush)
+  }
+
+  /// Sends and blocks until the reply: for start-up and tests, never for FUSE threads.
+  func sendAndWait(_ message: Message, timeout: Duration?) -> Result<Message, NinePError> {
+    let box = ResultBox()
+    send(message, options: RequestOptions(timeout: .some(timeout))) { box.set($0) }
+    return box.wait()
+  }
+
+  // MARK: - Fids
+
+  /// Allocates an unused fid number (never the attach fid), or fails at the profile's limit.
+  public func allocateFid() throws(NinePError) -> Fid {
+    condition.lock()
+    defer { condition.unlock() }
+    guard state.usedFids.count < configuration.maxFids else {
+      throw .resourceExhausted("fids (\(configuration.maxFids) in use on this session)")
+    }
+    while state.usedFids.contains(state.nextFid) || state.nextFid == NineP.noFid {
+      state.nextFid &+= 1
+    }
+    let fid = state.nextFid
+    state.nextFid &+= 1
+    state.usedFids.insert(fid)
+    return fid
+  }
+
+  /// Returns a fid to the pool once the server no longer knows it.
+  public func releaseFid(_ fid: Fid) {
+    guard fid != rootFid else { return }
+    condition.lock()
+    state.usedFids.remove(fid)
+    condition.unlock()
+  }
+
+  // MARK: - State
+
+  /// Why the session closed, or nil while it is open.
+  public var closedReason: String? {
+    condition.lock()
+    defer { condition.unlock() }
+    return state.closedReason
+  }
+
+  public var statistics: SessionStatistics {
+    condition.lock()
+    defer { condition.unlock() }
+    var stats = state.statistics
+    stats.requestsInFlight = state.inFlight.count
+    stats.requestsQueued = state.queue.count
+    stats.parkedReads = state.parked
+    return stats
+  }
+
+  /// Reads that may park and are on the wire or queued: used by the pool to place streams.
+  public var parkableLoad: Int {
+    condition.lock()
+    defer { condition.unlock() }
+    return state.parked + state.queue.reduce(0) { $0 + ($1.mayPark ? 1 : 0) }
+  }
+
+  /// Registers a handler called once when the session closes (immediately if already closed).
+  public func onClose(_ handler: @escaping @Sendable (String) -> Void) {
+    condition.lock()
+    if let reason = state.closedReason {
+      condition.unlock()
+      handler(reason)
+      return
+    }
+    onCloseHandlers.append(handler)
+    condition.unlock()
+  }
+
+  /// Closes the transport and fails every pending request with `.sessionClosed(reason)`.
+  public func close(reason: String = "closed by the client") {
+    condition.lock()
+    guard state.closedReason == nil else {
+      condition.unlock()
+      return
+    }
+    state.closedReason = reason
+    let pending = Array(state.byID.values).sorted { $0.id < $1.id }
+    state.byID.removeAll()
+    state.queue.removeAll()
+    state.inFlight.removeAll()
+    let handlers = onCloseHandlers
+    onCloseHandlers.removeAll()
+    condition.broadcast()
+    condition.unlock()
+    transport.close()
+    for request in pending where !request.abandoned {
+      request.completion?(.failure(.sessionClosed(reason: reason)))
+    }
+    for handler in handlers { handler(reason) }
+  }
+
+  // MARK: - Threads
+
+  private func startThreads() {
+    let writer = Thread { [self] in writerLoop() }
+    writer.name = "9p-writer"
+    writer.start()
+    let reader = Thread { [self] in readerLoop() }
+    reader.name = "9p-reader"
+    reader.start()
+  }
+
+  /// Whether the profile lets `pending` go on the wire now. Called with the lock held.
+  private func canSendLocked(_ pending: Pending, now: ContinuousClock.Instant) -> Bool {
+    if state.freeTags.isEmpty { return false }
+    guard configuration.profile == .device else {
+      if pending.mayPark && state.parked >= configuration.maxParkedReads { return false }
+      return true
+    }
+    if state.busyTag != nil { return false }
+    if let until = state.busyUntil, until > now { return false }
+    if pending.mayPark && state.parked >= configuration.maxParkedReads { return false }
+    if let fid = pending.readFid, state.readingFids.contains(fid) { return false }
+    return true
+  }
+
+  private func writerLoop() {
+    condition.lock()
+    while state.closedReason == nil {
+      let now = ContinuousClock.now
+      let expired = expireLocked(now: now)
+      if !expired.isEmpty {
+        condition.unlock()
+        for request in expired { request.completion?(.failure(.timedOut)) }
+        condition.lock()
+        continue
+      }
+      // Requests go in order, but one the profile holds back (a second read on a fid, a
+      // parked read with no free slot) does not hold back the others.
+      if let index = state.queue.firstIndex(where: { canSendLocked($0, now: now) }) {
+        let first = state.queue.remove(at: index)
+        let tag = state.freeTags.removeLast()
+        first.tag = tag
+        first.sentAt = now
+        state.inFlight[tag] = first
+        if first.mayPark {
+          state.parked += 1
+          if configuration.profile == .device { state.busyUntil = now + configuration.parkGrace }
+        } else if configuration.profile == .device {
+          state.busyTag = tag
+        }
+        if let fid = first.readFid { state.readingFids.insert(fid) }
+        let frame = first.message.encoded(tag: tag)
+        state.statistics.messagesSent += 1
+        state.statistics.bytesSent += UInt64(frame.count)
+        condition.unlock()
+        if configuration.profile == .device || logger.logLevel <= .trace {
+          logger.trace("→ \(first.message) tag=\(tag)")
+        }
+        do {
+          try transport.send(frame)
+        } catch {
+          close(reason: "send failed: \(error)")
+          return
+        }
+        condition.lock()
+        continue
+      }
+      let wake = nextWakeLocked()
+      if let wake {
+        let interval = now.duration(to: wake)
+        let seconds =
+          Double(interval.components.seconds)
+          + Double(interval.components.attoseconds) / 1e18
+        _ = condition.wait(until: Date(timeIntervalSinceNow: max(seconds, 0.0005)))
+      } else {
+        condition.wait()
+      }
+    }
+    condition.unlock()
+  }
+
+  /// The next instant the writer must look again without a signal: a deadline or busy grace.
+  private func nextWakeLocked() -> ContinuousClock.Instant? {
+    var wake: ContinuousClock.Instant? = nil
+    if let until = state.busyUntil, until > .now, !state.queue.isEmpty { wake = until }
+    for pending in state.byID.values {
+      if let deadline = pending.deadline, !pending.abandoned {
+        wake = min(wake ?? deadline, deadline)
+      }
+    }
+    return wake
+  }
+
+  /// Removes or abandons timed-out requests; returns those whose callers must hear of it.
+  private func expireLocked(now: ContinuousClock.Instant) -> [Pending] {
+    var expired: [Pending] = []
+    for pending in state.byID.values {
+      guard let deadline = pending.deadline, deadline <= now, !pending.abandoned else { continue }
+      pending.abandoned = true
+      expired.append(pending)
+      if pending.tag == nil {
+        state.queue.removeAll { $0 === pending }
+        state.byID[pending.id] = nil
+      } else {
+        logger.warning("no reply to \(pending.message) in time; flushing it")
+        enqueueFlushLocked(pending)
+      }
+    }
+    return expired
+  }
+
+  private func readerLoop() {
+    let limit = Int(configuration.requestedMsize)
+    while true {
+      let frame: [UInt8]
+      do {
+        guard let received = try transport.receive(limit: limit) else {
+          close(reason: "the server closed the connection")
+          return
+        }
+        frame = received
+      } catch {
+        close(reason: closedReason ?? "receive failed: \(error)")
+        return
+      }
+      let tag: Tag
+      let message: Message
+      do {
+        (tag, message) = try Message.decode(frame, limits: DecodeLimits(maxFrameSize: limit))
+      } catch {
+        logger.error("bad frame from \(transport.address): \(error); resetting the session")
+        close(reason: "bad frame from the server: \(error)")
+        return
+      }
+      if let violation = handleReply(tag: tag, message: message, frameSize: frame.count) {
+        logger.error("\(violation); resetting the session")
+        close(reason: violation)
+        return
+      }
+    }
+  }
+
+  /// Matches a reply to its request. Returns a protocol-violation text, or nil.
+  private func handleReply(tag: Tag, message: Message, frameSize: Int) -> String? {
+    condition.lock()
+    state.statistics.messagesReceived += 1
+    state.statistics.bytesReceived += UInt64(frameSize)
+    if frameSize > Int(msize) && !state.loggedOversize {
+      state.loggedOversize = true
+      logger.notice(
+        "server sent a \(frameSize)-byte reply above msize \(msize); accepted (old devices do)")
+    }
+    guard let pending = state.inFlight[tag] else {
+      condition.unlock()
+      return "reply \(message.type) with unknown tag \(tag)"
+    }
+    if let violation = Self.validate(reply: message, for: pending.message) {
+      condition.unlock()
+      return violation
+    }
+    // Free the tag and the profile's slots.
+    state.inFlight[tag] = nil
+    state.byID[pending.id] = nil
+    state.freeTags.append(tag)
+    if state.busyTag == tag { state.busyTag = nil }
+    if pending.mayPark {
+      state.parked -= 1
+      state.busyUntil = nil
+    }
+    if let fid = pending.readFid { state.readingFids.remove(fid) }
+    if !pending.mayPark, let sentAt = pending.sentAt {
+      let sample = sentAt.duration(to: .now)
+      let old = state.statistics.roundTrip
+      state.statistics.roundTrip = old == .zero ? sample : (old * 7 + sample) / 8
+    }
+    var toComplete: [(Completion, Result<Message, NinePError>)] = []
+    var cleanup: Message?
+    if case .tflush = pending.message {
+      // Rflush: the flushed request is over; if its reply did not cross, it ends here.
+      if let target = pending.flushTarget, let oldTag = target.tag,
+        state.inFlight[oldTag] === target
+      {
+        state.inFlight[oldTag] = nil
+        state.byID[target.id] = nil
+        state.freeTags.append(oldTag)
+        if state.busyTag == oldTag { state.busyTag = nil }
+        if target.mayPark {
+          state.parked -= 1
+          state.busyUntil = nil
+        }
+        if let fid = target.readFid { state.readingFids.remove(fid) }
+        if !target.abandoned, let completion = target.completion {
+          toComplete.append((completion, .failure(.flushed)))
+        }
+      }
+    } else if pending.abandoned {
+      // The caller gave up; undo what a late walk created.
+      if case .twalk(_, let newfid, let names) = pending.message,
+        case .rwalk(let qids) = message, qids.count == names.count
+      {
+        cleanup = .tclunk(fid: newfid)
+      }
+    } else if let completion = pending.completion {
+      if case .rerror(let ename) = message {
+        toComplete.append(
+          (completion, .failure(.server(ename: ename, errno: ErrorStrings.errno(for: ename)))))
+      } else {
+        toComplete.append((completion, .success(message)))
+      }
+    }
+    condition.signal()
+    condition.unlock()
+    if let cleanup {
+      send(cleanup) { [self] _ in
+        if case .tclunk(let fid) = cleanup { releaseFid(fid) }
+      }
+    }
+    for (completion, result) in toComplete { completion(result) }
+    return nil
+  }
+
+  /// Checks that a reply fits its request.
+  static func validate(reply: Message, for request: Message) -> String? {
+    if case .rerror = reply {
+      if case .tflush = request { return "Tflush answered with Rerror" }
+      return nil
+    }
+    guard reply.type.rawValue == request.type.rawValue + 1 else {
+      return "\(request.type) answered with \(reply.type)"
+    }
+    switch (request, reply) {
+    case (.tread(_, _, let count), .rread(let data)) where data.count > Int(count):
+      return ProtocolError.readReplyTooLong(asked: count, got: data.count).description
+    case (.twalk(_, _, let names), .rwalk(let qids)) where qids.count > names.count:
+      return ProtocolError.walkReplyTooLong(asked: names.count, got: qids.count).description
+    case (.twalk(_, _, let names), .rwalk(let qids)) where qids.isEmpty && !names.isEmpty:
+      return "Rwalk with no qids for \(names.count) names (a failed first name must be Rerror)"
+    case (.twrite(_, _, let data), .rwrite(let count)) where Int(count) > data.count:
+      return "Rwrite count \(count) exceeds the \(data.count) bytes written"
+    default:
+      return nil
+    }
+  }
+}
+
+/// Blocks a thread until a result arrives.
+final class ResultBox: @unchecked Sendable {
+  private let condition = NSCondition()
+  private var result: Result<Message, NinePError>?
+
+  func set(_ value: Result<Message, NinePError>) {
+    condition.lock()
+    result = value
+    condition.signal()
+    condition.unlock()
+  }
+
+  func wait() -> Result<Message, NinePError> {
+    condition.lock()
+    defer { condition.unlock() }
+    while true {
+      if let result { return result }
+      condition.wait()
+    }
+  }
+}
+
+/// Runs an action once after a delay unless cancelled first.
+final class Watchdog: @unchecked Sendable {
+  private let lock = NSLock()
+  private var done = false
+  private(set) var fired = false
+
+  init(after delay: Duration, action: @escaping @Sendable () -> Void) {
+    let seconds = Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18
+    DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { [self] in
+      lock.lock()
+      let run = !done
+      done = true
+      if run { fired = true }
+      lock.unlock()
+      if run { action() }
+    }
+  }
+
+  func cancel() {
+    lock.lock()
+    done = true
+    lock.unlock()
+  }
+}

@@ -1,0 +1,133 @@
+import CBlueZ
+import Glibc
+
+// Bluetooth LE L2CAP connection-oriented channels through BlueZ sockets. Header-only: the
+// address is parsed here, so libbluetooth (str2ba) is not linked.
+
+/// Opens an LE credit-based L2CAP channel and returns the socket and the peer's receive MTU
+/// (our largest SDU).
+func connectL2CAP(
+  bdaddr: String, psm: UInt16, addressType: BluetoothAddressType, options: DialOptions,
+  address: TransportAddress
+) throws(TransportError) -> (fd: Int32, sendMTU: Int) {
+  guard let bytes = parseBluetoothAddress(bdaddr) else {
+    throw .badDialString(address.description, reason: "'\(bdaddr)' is not a Bluetooth address")
+  }
+  let fd: Int32
+  switch makeSocket(
+    family: AF_BLUETOOTH, type: Int32(SOCK_SEQPACKET.rawValue), proto: BTPROTO_L2CAP)
+  {
+  case .success(let descriptor): fd = descriptor
+  case .failure(let error):
+    throw bluetoothSocketError(error.code)
+  }
+  do throws(TransportError) {
+    try configureL2CAP(fd, options: options, address: address)
+    var remote = sockaddr_l2()
+    remote.l2_family = sa_family_t(AF_BLUETOOTH)
+    remote.l2_psm = psm.littleEndian
+    remote.l2_bdaddr = bluetoothAddress(bytes)
+    remote.l2_bdaddr_type = UInt8(addressType == .public ? BDADDR_LE_PUBLIC : BDADDR_LE_RANDOM)
+    let remoteAddress = withUnsafeBytes(of: &remote) {
+      SocketAddress(
+        family: AF_BLUETOOTH, type: Int32(SOCK_SEQPACKET.rawValue), proto: BTPROTO_L2CAP,
+        bytes: Array($0))
+    }
+    switch connect(
+      fd, to: remoteAddress, timeoutMilliseconds: pollMilliseconds(options.connectTimeout))
+    {
+    case .connected:
+      break
+    case .failed(let code) where code == EHOSTUNREACH || code == ENODEV:
+      throw TransportError.bluetoothUnavailable(
+        reason: "no Bluetooth adapter is available or powered on (\(errnoText(code)))")
+    case .failed(let code):
+      throw TransportError.connectFailed(address: address.description, reason: errnoText(code))
+    case .timedOut:
+      throw TransportError.timedOut(address: address.description)
+    }
+    let mtu = sendMTU(fd)
+    logger.debug("l2cap connected", metadata: ["address": "\(address)", "sndmtu": "\(mtu)"])
+    return (fd, mtu)
+  } catch {
+    _ = Glibc.close(fd)
+    throw error
+  }
+}
+
+/// The error for a failed `socket(AF_BLUETOOTH, …)`.
+func bluetoothSocketError(_ code: Int32) -> TransportError {
+  switch code {
+  case EAFNOSUPPORT, EPROTONOSUPPORT:
+    return .bluetoothUnavailable(
+      reason: "this kernel has no Bluetooth support (AF_BLUETOOTH: \(errnoText(code)))")
+  default:
+    return .bluetoothUnavailable(
+      reason: "cannot create a Bluetooth socket (AF_BLUETOOTH: \(errnoText(code)))")
+  }
+}
+
+/// Binds to any local adapter (LE), then sets security, LE flow-control mode and receive MTU;
+/// all before connecting.
+private func configureL2CAP(_ fd: Int32, options: DialOptions, address: TransportAddress)
+  throws(TransportError)
+{
+  var local = sockaddr_l2()
+  local.l2_family = sa_family_t(AF_BLUETOOTH)
+  local.l2_bdaddr = bdaddr_t()  // BDADDR_ANY
+  local.l2_bdaddr_type = UInt8(BDADDR_LE_PUBLIC)
+  let bound = withUnsafePointer(to: &local) {
+    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+      bind(fd, $0, socklen_t(MemoryLayout<sockaddr_l2>.size))
+    }
+  }
+  guard bound == 0 else { throw .io(operation: "L2CAP bind", errno: errno) }
+
+  var security = bt_security()
+  switch options.l2capSecurity {
+  case .low: security.level = UInt8(BT_SECURITY_LOW)
+  case .medium: security.level = UInt8(BT_SECURITY_MEDIUM)
+  case .high: security.level = UInt8(BT_SECURITY_HIGH)
+  }
+  guard
+    setsockopt(
+      fd, SOL_BLUETOOTH, BT_SECURITY, &security, socklen_t(MemoryLayout<bt_security>.size)) == 0
+  else { throw .io(operation: "L2CAP security option", errno: errno) }
+
+  var mode = UInt8(BT_MODE_LE_FLOWCTL)
+  if setsockopt(fd, SOL_BLUETOOTH, BT_MODE, &mode, 1) != 0 {
+    // Kernels without enhanced-credit support refuse BT_MODE; LE sockets default to LE flowctl.
+    guard errno == ENOPROTOOPT else {
+      throw .io(operation: "L2CAP mode option", errno: errno)
+    }
+  }
+
+  var receiveMTU = UInt16(clamping: options.l2capReceiveMTU)
+  guard
+    setsockopt(fd, SOL_BLUETOOTH, BT_RCVMTU, &receiveMTU, socklen_t(MemoryLayout<UInt16>.size))
+      == 0
+  else { throw .io(operation: "L2CAP receive MTU option", errno: errno) }
+}
+
+/// The peer's receive MTU: BT_SNDMTU, or the `omtu` of L2CAP_OPTIONS on older kernels; 23 (the
+/// LE minimum) if neither answers.
+private func sendMTU(_ fd: Int32) -> Int {
+  var mtu: UInt16 = 0
+  var length = socklen_t(MemoryLayout<UInt16>.size)
+  if getsockopt(fd, SOL_BLUETOOTH, BT_SNDMTU, &mtu, &length) == 0, mtu > 0 { return Int(mtu) }
+  var l2capOptions = l2cap_options()
+  length = socklen_t(MemoryLayout<l2cap_options>.size)
+  if getsockopt(fd, SOL_L2CAP, L2CAP_OPTIONS, &l2capOptions, &length) == 0, l2capOptions.omtu > 0 {
+    return Int(l2capOptions.omtu)
+  }
+  logger.warning("cannot read the L2CAP send MTU; using 23")
+  return 23
+}
+
+/// `bdaddr_t` holds the address little-endian: the last written byte first.
+func bluetoothAddress(_ bytes: [UInt8]) -> bdaddr_t {
+  var address = bdaddr_t()
+  guard bytes.count == 6 else { return address }
+  address.b = (bytes[5], bytes[4], bytes[3], bytes[2], bytes[1], bytes[0])
+  return address
+}

@@ -1,0 +1,60 @@
+// NinePTransport: dial strings, sockets, 9P message framing and SDU segmentation.
+//
+// Moving parts:
+// - `TransportAddress` parses dial strings (tcp, unix, seqpacket, l2cap, fd) and prints them.
+// - `dial(_:options:)` connects (getaddrinfo + non-blocking connect bounded by poll; BlueZ
+//   L2CAP set-up in L2CAP.swift) and returns a `SocketTransport`. `Listener` is the server side.
+// - `SocketTransport` does blocking I/O on the caller's thread; there are no threads of its
+//   own. The client runs one reader thread in `receive` and any number of threads in `send`
+//   (a lock keeps whole messages together). Every wait is a `poll()` on the descriptor plus an
+//   `IOGate` wake-up pipe, so `close()` from any thread wakes blocked readers and writers, and
+//   the gate closes the descriptors only after the last of them has left.
+// - Pure pieces: `FrameAssembler` cuts bytes/SDUs into messages by the 4-byte size prefix;
+//   `SDUSegmenter` cuts a message into SDUs of at most the peer's MTU, one message per SDU chain.
+// - Errors are `TransportError`, typed-thrown, each with a sentence a user can act on.
+
+import Logging
+
+let logger = Logger(label: "mount9bbs.transport")
+
+/// A connection that carries whole 9P messages.
+public protocol MessageTransport: AnyObject, Sendable {
+  /// Where this transport leads.
+  var address: TransportAddress { get }
+  /// Largest SDU the peer accepts on packet transports (seqpacket: from the dial string;
+  /// l2cap: BT_SNDMTU read from the socket); nil for byte streams.
+  var sendSDULimit: Int? { get }
+  /// Sends one complete, size-prefixed 9P message. On packet transports splits it into SDUs of
+  /// at most `sendSDULimit` bytes and never puts bytes of two messages in one SDU. Thread-safe:
+  /// concurrent callers are serialised so messages never interleave.
+  func send(_ message: [UInt8]) throws(TransportError)
+  /// Blocks until one complete message (reassembled by its 4-byte little-endian size prefix,
+  /// across reads and SDUs) and returns it including the prefix; returns nil at orderly EOF.
+  /// One receiving thread at a time. Sizes < 7 throw `frameTooSmall`; > `limit` throw
+  /// `frameTooLarge`; after `close()` it throws `.closed`.
+  func receive(limit: Int) throws(TransportError) -> [UInt8]?
+  /// Closes the transport: wakes threads blocked in `receive` or `send` (they throw `.closed`);
+  /// idempotent.
+  func close()
+}
+
+/// How `dial(_:options:)` connects.
+public struct DialOptions: Sendable {
+  /// How long to wait for the connection (TCP handshake, L2CAP channel set-up).
+  public var connectTimeout: Duration = .seconds(10)
+  /// The L2CAP security level; 9BBS boards run at low (no pairing).
+  public var l2capSecurity: BluetoothSecurity = .low
+  /// The receive MTU advertised on L2CAP (`BT_RCVMTU`); the board caps msize by it, so keep it
+  /// at least the msize you want plus headroom.
+  public var l2capReceiveMTU: Int = 8192 + 64
+
+  public init() {}
+}
+
+/// Connects to `address`.
+/// - Throws: `connectFailed`, `resolveFailed`, `timedOut`, `bluetoothUnavailable`.
+public func dial(_ address: TransportAddress, options: DialOptions = DialOptions())
+  throws(TransportError) -> any MessageTransport
+{
+  try SocketTransport.connect(to: address, options: options)
+}

@@ -1,0 +1,252 @@
+import Glibc
+import Synchronization
+
+/// The concrete transport behind `dial(_:options:)` for every kind of address, and what
+/// `Listener.accept()` returns.
+///
+/// Framed I/O (`send`, `receive`) segments and reassembles 9P messages. Raw I/O (`sendRaw`,
+/// `receiveRaw`) moves single SDUs or stream chunks unmodified, for a server that emulates a
+/// device's SDU-level rules. Do not mix framed and raw receiving on one transport, except that
+/// `receiveRaw` first hands back any bytes `receive` had buffered.
+public final class SocketTransport: MessageTransport {
+  /// Where this transport leads (for accepted TCP connections: the peer).
+  public let address: TransportAddress
+  /// The largest SDU `send` produces on packet transports; nil for byte streams.
+  public let sendSDULimit: Int?
+  /// True when each send/receive call is one packet (SDU): seqpacket and l2cap.
+  public let isPacket: Bool
+
+  private let readFD: Int32
+  private let writeFD: Int32
+  private let readIsSocket: Bool
+  private let writeIsSocket: Bool
+  private let gate: IOGate
+  private let sendLock = Mutex(())
+  private let receiveState = Mutex(ReceiveState())
+
+  private struct ReceiveState {
+    var assembler = FrameAssembler()
+    var scratch: [UInt8] = []
+  }
+
+  /// Packet reads use a buffer at least this large, so any L2CAP SDU (≤ 65535 bytes) fits whole.
+  static let packetBufferSize = 65536
+  /// Stream reads take up to this many bytes at a time.
+  static let streamChunkSize = 65536
+
+  /// Wraps connected descriptors; the transport owns them and closes them on `close()`
+  /// (descriptors 0–2 are pointed at /dev/null instead, so they never get reused).
+  init(
+    address: TransportAddress, readFD: Int32, writeFD: Int32, isPacket: Bool, sendSDULimit: Int?
+  ) throws(TransportError) {
+    self.address = address
+    self.readFD = readFD
+    self.writeFD = writeFD
+    self.isPacket = isPacket
+    self.sendSDULimit = sendSDULimit
+    readIsSocket = socketType(of: readFD) != nil
+    writeIsSocket = socketType(of: writeFD) != nil
+    gate = try IOGate { [readFD, writeFD] in
+      releaseDescriptor(readFD)
+      if writeFD != readFD { releaseDescriptor(writeFD) }
+    }
+  }
+
+  deinit {
+    gate.close()
+  }
+
+  // MARK: Framed I/O
+
+  /// Sends one complete, size-prefixed 9P message. On packet transports it goes out as SDUs
+  /// of at most `sendSDULimit` bytes, none shared with another message. Concurrent callers are
+  /// serialised, so messages never interleave.
+  public func send(_ message: [UInt8]) throws(TransportError) {
+    try gate.withAccess { () throws(TransportError) in
+      try sendLock.withLock { _ throws(TransportError) in
+        if isPacket, let limit = sendSDULimit {
+          for segment in SDUSegmenter.segments(of: message, limit: limit) {
+            try writePacket(segment)
+          }
+        } else if isPacket {
+          try writePacket(message[...])
+        } else {
+          try writeStream(message[...])
+        }
+      }
+    }
+  }
+
+  /// Blocks until one complete message has arrived and returns it, size prefix included;
+  /// returns nil at an orderly end of stream.
+  /// - Throws: `frameTooSmall`/`frameTooLarge` for a bad size prefix, `truncatedMessage` if the
+  ///   peer hangs up mid-message, `.closed` after `close()`.
+  public func receive(limit: Int) throws(TransportError) -> [UInt8]? {
+    try gate.withAccess { () throws(TransportError) -> [UInt8]? in
+      try receiveState.withLock { (state) throws(TransportError) -> [UInt8]? in
+        while true {
+          if let message = try state.assembler.nextMessage(limit: limit) { return message }
+          let count = try readOnce(into: &state.scratch)
+          if count == 0 {
+            let buffered = state.assembler.bufferedByteCount
+            if buffered > 0 { throw .truncatedMessage(bufferedBytes: buffered) }
+            return nil
+          }
+          state.assembler.append(state.scratch[0..<count])
+        }
+      }
+    }
+  }
+
+  /// Closes the transport: threads blocked in `send` or `receive` wake and throw `.closed`,
+  /// and the descriptors are closed once they have left. Idempotent.
+  public func close() {
+    gate.close()
+  }
+
+  // MARK: Raw I/O
+
+  /// Receives one SDU (packet transports) or up to `maxBytes` stream bytes; nil at end of
+  /// stream. On packet transports the whole SDU is returned even when it is longer than
+  /// `maxBytes` (reads use a buffer of at least 64 KiB), so a caller emulating a device can
+  /// judge oversize SDUs itself; `sduTooLarge` only if even that buffer was too small.
+  public func receiveRaw(maxBytes: Int) throws(TransportError) -> [UInt8]? {
+    try gate.withAccess { () throws(TransportError) -> [UInt8]? in
+      try receiveState.withLock { (state) throws(TransportError) -> [UInt8]? in
+        if state.assembler.bufferedByteCount > 0 { return state.assembler.drain() }
+        let count = try readOnce(into: &state.scratch, streamLimit: max(1, maxBytes))
+        return count == 0 ? nil : Array(state.scratch[0..<count])
+      }
+    }
+  }
+
+  /// Sends `bytes` unmodified: as one SDU on packet transports (even beyond `sendSDULimit`),
+  /// as plain stream bytes otherwise.
+  public func sendRaw(_ bytes: [UInt8]) throws(TransportError) {
+    try gate.withAccess { () throws(TransportError) in
+      try sendLock.withLock { _ throws(TransportError) in
+        if isPacket { try writePacket(bytes[...]) } else { try writeStream(bytes[...]) }
+      }
+    }
+  }
+
+  // MARK: Descriptor I/O (called inside the gate)
+
+  /// One read: a whole SDU on packet transports, else up to `streamLimit` bytes. 0 means EOF.
+  private func readOnce(into buffer: inout [UInt8], streamLimit: Int = streamChunkSize)
+    throws(TransportError) -> Int
+  {
+    let capacity = isPacket ? Self.packetBufferSize : min(streamLimit, Self.streamChunkSize)
+    if buffer.count < capacity { buffer = [UInt8](repeating: 0, count: capacity) }
+    while true {
+      _ = try gate.wait(for: readFD, events: Int16(POLLIN))
+      let count = buffer.withUnsafeMutableBytes { raw -> Int in
+        if isPacket {
+          return recv(readFD, raw.baseAddress, capacity, Int32(MSG_DONTWAIT | MSG_TRUNC))
+        } else if readIsSocket {
+          return recv(readFD, raw.baseAddress, capacity, Int32(MSG_DONTWAIT))
+        } else {
+          return Glibc.read(readFD, raw.baseAddress, capacity)
+        }
+      }
+      if count >= 0 {
+        if count > capacity { throw .sduTooLarge(size: count, limit: capacity) }
+        return count
+      }
+      let code = errno
+      if code == EAGAIN || code == EWOULDBLOCK || code == EINTR { continue }
+      throw .io(operation: "receive", errno: code)
+    }
+  }
+
+  /// Sends one SDU with one send() call.
+  private func writePacket(_ bytes: ArraySlice<UInt8>) throws(TransportError) {
+    while true {
+      let count = bytes.withUnsafeBytes { raw in
+        Glibc.send(writeFD, raw.baseAddress, raw.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+      }
+      if count == bytes.count { return }
+      if count >= 0 { throw .io(operation: "packet send (short write)", errno: EMSGSIZE) }
+      let code = errno
+      switch code {
+      case EAGAIN, EWOULDBLOCK, ENOBUFS:
+        _ = try gate.wait(for: writeFD, events: Int16(POLLOUT))
+      case EINTR:
+        continue
+      case EMSGSIZE:
+        throw .sduTooLarge(size: bytes.count, limit: sendSDULimit ?? bytes.count - 1)
+      default:
+        throw .io(operation: "send", errno: code)
+      }
+    }
+  }
+
+  /// Writes all of `bytes` to a byte stream.
+  private func writeStream(_ bytes: ArraySlice<UInt8>) throws(TransportError) {
+    var rest = bytes
+    while !rest.isEmpty {
+      if !writeIsSocket {
+        // A blocking pipe write could outlast close(); poll first and write at most PIPE_BUF,
+        // which fits once the pipe reports writable.
+        _ = try gate.wait(for: writeFD, events: Int16(POLLOUT))
+      }
+      let (count, code) = rest.withUnsafeBytes { raw -> (Int, Int32) in
+        if writeIsSocket {
+          let count = Glibc.send(
+            writeFD, raw.baseAddress, raw.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+          return (count, count < 0 ? errno : 0)
+        }
+        return writeWithoutSIGPIPE(writeFD, raw.baseAddress, min(raw.count, Int(PIPE_BUF)))
+      }
+      if count > 0 {
+        rest = rest.dropFirst(count)
+        continue
+      }
+      switch code {
+      case EAGAIN, EWOULDBLOCK:
+        _ = try gate.wait(for: writeFD, events: Int16(POLLOUT))
+      case EINTR, 0:
+        continue
+      default:
+        throw .io(operation: "send", errno: code)
+      }
+    }
+  }
+}
+
+/// write(2) with SIGPIPE blocked on this thread, so a vanished pipe reader gives EPIPE instead of
+/// killing the process (send() has MSG_NOSIGNAL; pipes have no equivalent).
+private func writeWithoutSIGPIPE(_ fd: Int32, _ bytes: UnsafeRawPointer?, _ count: Int) -> (
+  Int, Int32
+) {
+  var pipeSet = sigset_t()
+  sigemptyset(&pipeSet)
+  sigaddset(&pipeSet, SIGPIPE)
+  var oldMask = sigset_t()
+  pthread_sigmask(SIG_BLOCK, &pipeSet, &oldMask)
+  var pending = sigset_t()
+  sigpending(&pending)
+  let alreadyPending = sigismember(&pending, SIGPIPE) == 1
+  let count = Glibc.write(fd, bytes, count)
+  let code = count < 0 ? errno : 0
+  if code == EPIPE && !alreadyPending {
+    var noWait = timespec(tv_sec: 0, tv_nsec: 0)
+    _ = sigtimedwait(&pipeSet, nil, &noWait)
+  }
+  pthread_sigmask(SIG_SETMASK, &oldMask, nil)
+  return (count, code)
+}
+
+/// Closes a descriptor the transport owns; standard descriptors are pointed at /dev/null
+/// instead, so their numbers are not reused by unrelated files.
+func releaseDescriptor(_ fd: Int32) {
+  if fd <= 2 {
+    let null = open("/dev/null", O_RDWR | O_CLOEXEC)
+    if null >= 0 {
+      _ = dup2(null, fd)
+      _ = Glibc.close(null)
+      return
+    }
+  }
+  _ = Glibc.close(fd)
+}

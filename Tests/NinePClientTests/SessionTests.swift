@@ -1,0 +1,331 @@
+import Foundation
+import NinePProtocol
+import NinePTransport
+import TestSupport
+import XCTest
+
+@testable import NinePClient
+
+/// The session core against a scripted peer: negotiation, tags, flush, timeouts, validation
+/// and the device wire discipline.
+final class SessionTests: XCTestCase {
+  func connect(
+    profile: ServerProfile = .multiplex, msize: UInt32 = 8192,
+    timeout: Duration? = .seconds(5),
+    handler: @escaping @Sendable (ScriptedServer, Tag, Message) -> Void
+  ) throws -> (Session, ScriptedServer) {
+    let (client, server) = MemoryTransport.pair()
+    let peer = ScriptedServer(transport: server, msize: msize, handler: handler)
+    var configuration = SessionConfiguration(
+      profile: profile, uname: "glenda", requestTimeout: timeout)
+    configuration.parkGrace = .milliseconds(20)
+    let session = try Session.connect(transport: client, configuration: configuration)
+    addTeardownBlock { session.close() }
+    return (session, peer)
+  }
+
+  func testNegotiatesMsizeAndAttaches() throws {
+    let (session, peer) = try connect(msize: 4096) { _, _, _ in }
+    XCTAssertEqual(session.msize, 4096)
+    XCTAssertEqual(session.rootQid.path, 1)
+    XCTAssertEqual(peer.requests.first?.tag, NineP.noTag)
+    guard case .tattach(0, NineP.noFid, "glenda", "") = peer.requests[1].message else {
+      return XCTFail("no attach: \(peer.requests)")
+    }
+  }
+
+  func testRefusesOtherDialects() throws {
+    let (client, server) = MemoryTransport.pair()
+    let thread = Thread {
+      guard let frame = server.receive(timeout: 5) else { return }
+      _ = frame
+      try? server.send(Message.rversion(msize: 8192, version: "unknown").encoded(tag: NineP.noTag))
+    }
+    thread.start()
+    XCTAssertThrowsError(
+      try Session.connect(
+        transport: client, configuration: SessionConfiguration(profile: .multiplex, uname: "u"))
+    ) { error in
+      XCTAssertEqual(error as? NinePError, .versionNotSupported(serverSaid: "unknown"))
+      XCTAssertTrue("\(error)".contains("does not speak 9P2000"))
+    }
+  }
+
+  func testMultiplexPipelinesRequests() throws {
+    let seen = Counter()
+    let (session, peer) = try connect { server, tag, message in
+      // Hold every stat until ten have arrived, then answer them all.
+      let held = seen.add((tag, message))
+      if held.count == 10 {
+        for (tag, _) in held {
+          server.reply(
+            tag,
+            .rstat(stat: Stat(qid: Qid(path: 2), mode: FileMode(permissions: 0o644), name: "x")))
+        }
+      }
+    }
+    let done = expectation(description: "all replies")
+    done.expectedFulfillmentCount = 10
+    for _ in 0..<10 {
+      session.stat(0) { result in
+        XCTAssertEqual((try? result.get())?.name, "x")
+        done.fulfill()
+      }
+    }
+    wait(for: [done], timeout: 5)
+    XCTAssertEqual(Set(peer.requests.dropFirst(2).map(\.tag)).count, 10, "distinct tags")
+  }
+
+  /// The device profile never has two non-parked requests on the wire.
+  func testDeviceSendsOneRequestAtATime() throws {
+    let outstanding = Counter()
+    let violations = Counter()
+    let (session, _) = try connect(profile: .device) { server, tag, message in
+      if outstanding.add((tag, message)).count > 1 { _ = violations.add((tag, message)) }
+      DispatchQueue.global().asyncAfter(deadline: .now() + 0.005) {
+        outstanding.removeAll()
+        server.reply(tag, .rclunk)
+      }
+    }
+    let done = expectation(description: "all replies")
+    done.expectedFulfillmentCount = 20
+    for _ in 0..<20 {
+      session.send(.tclunk(fid: 5)) { _ in done.fulfill() }
+    }
+    wait(for: [done], timeout: 10)
+    XCTAssertEqual(violations.count, 0)
+  }
+
+  /// A read that may park frees the device channel after the grace period, and its flush gets
+  /// the device's "Rread(0) then Rflush" order with exactly one completion.
+  func testDeviceParkedReadThenFlush() throws {
+    let (session, peer) = try connect(profile: .device) { server, tag, message in
+      switch message {
+      case .tread: break  // parks
+      case .tstat:
+        server.reply(
+          tag,
+          .rstat(stat: Stat(qid: Qid(path: 3), mode: FileMode(permissions: 0o444), name: "motd")))
+      case .tflush(let oldtag):
+        server.reply(oldtag, .rread(data: []))
+        server.reply(tag, .rflush)
+      default: server.reply(tag, .rerror(ename: "operation not supported"))
+      }
+    }
+    let completions = Counter()
+    let readDone = expectation(description: "read completed")
+    let handle = session.read(7, offset: 0, count: 512, mayPark: true) { result in
+      _ = completions.add((0, .rflush))
+      XCTAssertEqual(try? result.get(), [])
+      readDone.fulfill()
+    }
+    let statDone = expectation(description: "stat while parked")
+    session.stat(0) { result in
+      XCTAssertEqual((try? result.get())?.name, "motd")
+      statDone.fulfill()
+    }
+    wait(for: [statDone], timeout: 5)
+    session.cancel(handle)
+    wait(for: [readDone], timeout: 5)
+    let types = peer.requests.dropFirst(2).map(\.message.type)
+    XCTAssertEqual(types, [.tread, .tstat, .tflush])
+    // A later request still works: the tags were freed.
+    XCTAssertNil(session.closedReason)
+    XCTAssertEqual(completions.count, 1)
+  }
+
+  func testFlushBeforeReplyGivesFlushed() throws {
+    let (session, _) = try connect { server, tag, message in
+      if case .tflush = message { server.reply(tag, .rflush) }
+    }
+    let done = expectation(description: "flushed")
+    let handle = session.read(3, offset: 0, count: 100, mayPark: true) { result in
+      guard case .failure(.flushed) = result else { return XCTFail("\(result)") }
+      done.fulfill()
+    }
+    Thread.sleep(forTimeInterval: 0.05)  // let the read reach the wire
+    session.cancel(handle)
+    wait(for: [done], timeout: 5)
+  }
+
+  func testTimeoutFlushesAndReportsTimedOut() throws {
+    let (session, peer) = try connect(timeout: .milliseconds(100)) { server, tag, message in
+      if case .tflush = message { server.reply(tag, .rflush) }
+    }
+    let done = expectation(description: "timed out")
+    session.stat(0) { result in
+      XCTAssertEqual(result.map(\.name), .failure(.timedOut))
+      done.fulfill()
+    }
+    wait(for: [done], timeout: 5)
+    let flushed = expectation(description: "Tflush sent")
+    DispatchQueue.global().async {
+      for _ in 0..<100 where !peer.requests.contains(where: { $0.message.type == .tflush }) {
+        Thread.sleep(forTimeInterval: 0.01)
+      }
+      flushed.fulfill()
+    }
+    wait(for: [flushed], timeout: 5)
+    XCTAssertTrue(peer.requests.contains { $0.message.type == .tflush })
+  }
+
+  func testRerrorMapsToErrno() throws {
+    let (session, _) = try connect { server, tag, _ in
+      server.reply(tag, .rerror(ename: "file not found"))
+    }
+    let done = expectation(description: "error")
+    session.stat(0) { result in
+      XCTAssertEqual(result.map(\.name), .failure(.server(ename: "file not found", errno: ENOENT)))
+      done.fulfill()
+    }
+    wait(for: [done], timeout: 5)
+  }
+
+  func assertResets(_ hostile: @escaping @Sendable (ScriptedServer, Tag) -> Void, _ what: String)
+    throws
+  {
+    let (session, _) = try connect { server, tag, _ in hostile(server, tag) }
+    let done = expectation(description: what)
+    session.read(1, offset: 0, count: 16) { result in
+      guard case .failure(.sessionClosed(let reason)) = result else {
+        return XCTFail("\(what): \(result)")
+      }
+      XCTAssertFalse(reason.isEmpty)
+      done.fulfill()
+    }
+    wait(for: [done], timeout: 5)
+    XCTAssertNotNil(session.closedReason, what)
+  }
+
+  func testHostileRepliesResetTheSession() throws {
+    try assertResets(
+      { server, tag in server.reply(tag, .rread(data: Array(repeating: 0, count: 17))) },
+      "Rread over count")
+    try assertResets({ server, tag in server.reply(tag &+ 1, .rread(data: [])) }, "unknown tag")
+    try assertResets({ server, tag in server.reply(tag, .rwrite(count: 0)) }, "wrong reply type")
+    try assertResets(
+      { server, _ in server.sendRaw([9, 0, 0, 0, 117, 1, 0, 0, 0]) }, "truncated frame")
+    try assertResets(
+      { server, tag in server.reply(tag, .rread(data: Array(repeating: 0, count: 9000))) },
+      "frame over buffer")
+  }
+
+  func testLongWalksAreChunkedFromTheRoot() throws {
+    let (session, peer) = try connect { server, tag, message in
+      switch message {
+      case .twalk(_, _, let names):
+        server.reply(tag, .rwalk(qids: names.map { _ in Qid(type: .directory, path: 9) }))
+      case .tclunk: server.reply(tag, .rclunk)
+      default: server.reply(tag, .rerror(ename: "unexpected"))
+      }
+    }
+    let path = (0..<20).map { "d\($0)" }
+    let done = expectation(description: "walked")
+    session.walk(path) { result in
+      XCTAssertNotNil(try? result.get())
+      done.fulfill()
+    }
+    wait(for: [done], timeout: 5)
+    let walks = peer.requests.compactMap { request -> (Fid, Fid, Int)? in
+      if case .twalk(let fid, let newfid, let names) = request.message {
+        return (fid, newfid, names.count)
+      }
+      return nil
+    }
+    XCTAssertEqual(walks.map(\.2), [16, 4])
+    XCTAssertEqual(walks[0].0, 0, "first walk from the attach fid")
+    XCTAssertEqual(walks[1].0, walks[0].1, "second walk continues from the first")
+    XCTAssertTrue(walks.allSatisfy { $0.0 != $0.1 }, "never newfid == fid")
+  }
+
+  func testPartialWalkIsNotFoundAndFidIsFree() throws {
+    let (session, _) = try connect { server, tag, message in
+      if case .twalk = message { server.reply(tag, .rwalk(qids: [Qid(type: .directory, path: 2)])) }
+    }
+    let done = expectation(description: "walked")
+    session.walk(["chat", "nope"]) { result in
+      guard case .failure(.notFound(let path)) = result else { return XCTFail("\(result)") }
+      XCTAssertEqual(path, "/chat/nope")
+      done.fulfill()
+    }
+    wait(for: [done], timeout: 5)
+  }
+
+  func testFailedRemoveIsClunked() throws {
+    let (session, peer) = try connect { server, tag, message in
+      switch message {
+      case .tremove: server.reply(tag, .rerror(ename: "remove failed"))
+      case .tclunk: server.reply(tag, .rclunk)
+      default: break
+      }
+    }
+    let done = expectation(description: "removed")
+    session.remove(4) { result in
+      XCTAssertEqual(result.map { 0 }, .failure(.server(ename: "remove failed", errno: EIO)))
+      done.fulfill()
+    }
+    wait(for: [done], timeout: 5)
+    let clunked = expectation(description: "clunk")
+    DispatchQueue.global().async {
+      for _ in 0..<100 where !peer.requests.contains(where: { $0.message == .tclunk(fid: 4) }) {
+        Thread.sleep(forTimeInterval: 0.01)
+      }
+      clunked.fulfill()
+    }
+    wait(for: [clunked], timeout: 5)
+    XCTAssertTrue(peer.requests.contains { $0.message == .tclunk(fid: 4) })
+  }
+
+  func testDirectoryReadsDeduplicate() throws {
+    let lobby = Stat(qid: Qid(path: 1), mode: FileMode(permissions: 0o444), name: "lobby")
+    let post = Stat(qid: Qid(path: 2), mode: FileMode(permissions: 0o200), name: "post")
+    let (session, _) = try connect { server, tag, message in
+      guard case .tread(_, let offset, _) = message else { return }
+      // A union-style server: the same entry again at a later offset, then the end.
+      switch offset {
+      case 0: server.reply(tag, .rread(data: lobby.encoded() + post.encoded()))
+      case UInt64(lobby.wireSize + post.wireSize): server.reply(tag, .rread(data: post.encoded()))
+      default: server.reply(tag, .rread(data: []))
+      }
+    }
+    let done = expectation(description: "listed")
+    session.readDirectory(9) { result in
+      XCTAssertEqual((try? result.get())?.map(\.name), ["lobby", "post"])
+      done.fulfill()
+    }
+    wait(for: [done], timeout: 5)
+  }
+
+  func testSessionCloseFailsPendingRequests() throws {
+    let (session, _) = try connect { _, _, _ in }
+    let done = expectation(description: "failed")
+    session.read(1, offset: 0, count: 10, mayPark: true) { result in
+      guard case .failure(.sessionClosed) = result else { return XCTFail("\(result)") }
+      done.fulfill()
+    }
+    session.close(reason: "test")
+    wait(for: [done], timeout: 5)
+  }
+}
+
+/// A locked list for handlers running on other threads.
+final class Counter: @unchecked Sendable {
+  private let lock = NSLock()
+  private var items: [(Tag, Message)] = []
+  func add(_ item: (Tag, Message)) -> [(Tag, Message)] {
+    lock.lock()
+    defer { lock.unlock() }
+    items.append(item)
+    return items
+  }
+  func removeAll() {
+    lock.lock()
+    items.removeAll()
+    lock.unlock()
+  }
+  var count: Int {
+    lock.lock()
+    defer { lock.unlock() }
+    return items.count
+  }
+}
