@@ -131,6 +131,11 @@ public final class BBSServer: Sendable {
   /// Number of connected sessions.
   public var sessionCount: Int { state.withLock { $0.connections.count } }
 
+  /// Connections with a request in progress on the worker (device profile; for tests).
+  var busyConnections: Int {
+    state.withLock { Array($0.connections.values) }.filter(\.isProcessing).count
+  }
+
   /// Serves one already-connected transport (e.g. stdin/stdout for `9bbsd --stdio`) on its own
   /// reader thread, like an accepted connection.
   public func serve(_ transport: any MessageTransport) {
@@ -202,7 +207,8 @@ public final class BBSServer: Sendable {
     }
     if admitted == nil {
       logger.warning(
-        "9bbsd: refusing \(transport.address): all \(configuration.maxSessions ?? 0) sessions in use")
+        "9bbsd: refusing \(transport.address): all \(configuration.maxSessions ?? 0) sessions in use"
+      )
       transport.close()
     }
     return admitted

@@ -50,16 +50,21 @@ final class ServerTests: XCTestCase {
       try client.rpc(.tversion(msize: 1 << 30, version: "9P2000"), tag: NineP.noTag),
       .rversion(msize: 1 << 20, version: "9P2000"))
     XCTAssertEqual(
-      try client.rpc(.tversion(msize: 8192, version: "9P2000.L"), tag: NineP.noTag),
+      try client.rpc(.tversion(msize: 8192, version: "9P1999"), tag: NineP.noTag),
       .rversion(msize: 1 << 20, version: "unknown"))
+    // Like 9p4z HEAD: any version starting with 9P2000 gets plain 9P2000.
+    XCTAssertEqual(
+      try client.rpc(.tversion(msize: 4096, version: "9P2000.L"), tag: NineP.noTag),
+      .rversion(msize: 4096, version: "9P2000"))
     XCTAssertEqual(
       try client.rpc(.tversion(msize: 8192, version: "9P2000"), tag: NineP.noTag),
       .rversion(msize: 8192, version: "9P2000"))
     XCTAssertEqual(
       try client.rpc(.tauth(afid: 5, uname: "alice", aname: "")),
       .rerror(ename: "authentication not required"))
-    guard case .rattach(let qid) = try client.rpc(
-      .tattach(fid: 0, afid: NineP.noFid, uname: "alice", aname: ""))
+    guard
+      case .rattach(let qid) = try client.rpc(
+        .tattach(fid: 0, afid: NineP.noFid, uname: "alice", aname: ""))
     else { return XCTFail("attach failed") }
     XCTAssertTrue(qid.isDirectory)
     XCTAssertEqual(try client.readFile("etc/motd"), "Hello from the test\n")
@@ -93,7 +98,7 @@ final class ServerTests: XCTestCase {
     var names: [String] = []
     while true {
       // A small count forces several reads, each with whole entries.
-      guard case .rread(let data) = try client.rpc(.tread(fid: 3, offset: offset, count: 70))
+      guard case .rread(let data) = try client.rpc(.tread(fid: 3, offset: offset, count: 100))
       else { return XCTFail("read failed") }
       if data.isEmpty { break }
       names += try Stat.decodeDirectory(data).map(\.name)
@@ -120,15 +125,18 @@ final class ServerTests: XCTestCase {
     _ = try alice.post("lobby:one")
     _ = try alice.post("lobby:two")
     _ = try alice.open("chat/lobby", fid: 5)
-    XCTAssertEqual(lines(try alice.rpc(.tread(fid: 5, offset: 0, count: 4096))).split(separator: "\n").count, 2)
+    XCTAssertEqual(
+      lines(try alice.rpc(.tread(fid: 5, offset: 0, count: 4096))).split(separator: "\n").count, 2)
     _ = try bob.post("lobby:three")
-    XCTAssertTrue(lines(try alice.rpc(.tread(fid: 5, offset: 0, count: 4096))).hasSuffix("bob: three\n"))
+    XCTAssertTrue(
+      lines(try alice.rpc(.tread(fid: 5, offset: 0, count: 4096))).hasSuffix("bob: three\n"))
     XCTAssertEqual(try bob.readFile("chat/lobby").split(separator: "\n").count, 3)
   }
 
   func testUsersListIgnoresOffset() throws {
     try startServer()
     let client = try connect()
+    _ = try client.post("lobby:so the read below does not park")
     _ = try client.readFile("chat/lobby")
     _ = try client.open("chat/users", fid: 6)
     let first = lines(try client.rpc(.tread(fid: 6, offset: 0, count: 512)))
@@ -208,8 +216,10 @@ final class ServerTests: XCTestCase {
     guard case .rwalk = try client.rpc(.twalk(fid: 0, newfid: 20, names: ["rooms", "lobby"])) else {
       return XCTFail("walk failed")
     }
-    guard case .rcreate(let qid, _) = try client.rpc(
-      .tcreate(fid: 20, name: "1738005432123-abc", perm: FileMode(permissions: 0o644), mode: .write))
+    guard
+      case .rcreate(let qid, _) = try client.rpc(
+        .tcreate(
+          fid: 20, name: "1738005432123-abc", perm: FileMode(permissions: 0o644), mode: .write))
     else { return XCTFail("create failed") }
     XCTAssertFalse(qid.isDirectory)
     let content = Array("Subject: Greetings\n\nFirst post.".utf8)
@@ -238,8 +248,10 @@ final class ServerTests: XCTestCase {
     guard case .rwalk = try sysop.rpc(.twalk(fid: 0, newfid: 30, names: [])) else {
       return XCTFail("clone failed")
     }
-    guard case .rcreate(let qid, _) = try sysop.rpc(
-      .tcreate(fid: 30, name: "news", perm: FileMode(permissions: 0o755, .directory), mode: .read))
+    guard
+      case .rcreate(let qid, _) = try sysop.rpc(
+        .tcreate(fid: 30, name: "news", perm: FileMode(permissions: 0o755, .directory), mode: .read)
+      )
     else { return XCTFail("room create failed") }
     XCTAssertTrue(qid.isDirectory)
     XCTAssertTrue(server?.board.rooms.hasRoom("news") ?? false)
@@ -248,7 +260,8 @@ final class ServerTests: XCTestCase {
       try other.rpc(.twrite(fid: 31, offset: 0, data: Array("hacked".utf8))),
       .rerror(ename: "not authorized"))
     _ = try sysop.open("etc/motd", fid: 31, mode: .write)
-    XCTAssertEqual(try sysop.rpc(.twrite(fid: 31, offset: 0, data: Array("New motd\n".utf8))), .rwrite(count: 9))
+    XCTAssertEqual(
+      try sysop.rpc(.twrite(fid: 31, offset: 0, data: Array("New motd\n".utf8))), .rwrite(count: 9))
     XCTAssertEqual(try other.readFile("etc/motd"), "New motd\n")
     XCTAssertEqual(try other.readFile("etc/registration"), "disabled\n")
   }
@@ -276,7 +289,8 @@ final class ServerTests: XCTestCase {
     }
     try "inside\n".write(toFile: dir + "/a.txt", atomically: true, encoding: .utf8)
     try "secret\n".write(toFile: outside + "/secret", atomically: true, encoding: .utf8)
-    try FileManager.default.createSymbolicLink(atPath: dir + "/escape", withDestinationPath: outside)
+    try FileManager.default.createSymbolicLink(
+      atPath: dir + "/escape", withDestinationPath: outside)
     try FileManager.default.createSymbolicLink(atPath: dir + "/alias", withDestinationPath: "a.txt")
     try startServer { $0.filesDirectory = dir }
     let client = try connect()
@@ -286,16 +300,19 @@ final class ServerTests: XCTestCase {
       try client.rpc(.twalk(fid: 0, newfid: 40, names: ["files", "escape", "secret"])),
       .rwalk(qids: [try XCTUnwrap(walkQid(client, ["files"]))]))
     // ".." from the area's root leads back into the BBS tree, never to the host.
-    guard case .rwalk(let qids) = try client.rpc(
-      .twalk(fid: 0, newfid: 41, names: ["files", "..", "..", "etc"]))
+    guard
+      case .rwalk(let qids) = try client.rpc(
+        .twalk(fid: 0, newfid: 41, names: ["files", "..", "..", "etc"]))
     else { return XCTFail("walk failed") }
     XCTAssertEqual(qids.count, 4)
     XCTAssertEqual(try client.readFile("etc/version"), "9BBS v0.1.0\n")
     // Read-only: no writing, creating or removing.
-    XCTAssertEqual(try client.open("files/a.txt", fid: 42, mode: .write), .rerror(ename: "permission denied"))
+    XCTAssertEqual(
+      try client.open("files/a.txt", fid: 42, mode: .write), .rerror(ename: "permission denied"))
     _ = try client.rpc(.twalk(fid: 0, newfid: 43, names: ["files"]))
     XCTAssertEqual(
-      try client.rpc(.tcreate(fid: 43, name: "new", perm: FileMode(permissions: 0o644), mode: .write)),
+      try client.rpc(
+        .tcreate(fid: 43, name: "new", perm: FileMode(permissions: 0o644), mode: .write)),
       .rerror(ename: "permission denied"))
   }
 
@@ -308,16 +325,19 @@ final class ServerTests: XCTestCase {
     }
     let client = try connect()
     _ = try client.rpc(.twalk(fid: 0, newfid: 50, names: ["files"]))
-    guard case .rcreate = try client.rpc(
-      .tcreate(fid: 50, name: "note.txt", perm: FileMode(permissions: 0o644), mode: .readWrite))
+    guard
+      case .rcreate = try client.rpc(
+        .tcreate(fid: 50, name: "note.txt", perm: FileMode(permissions: 0o644), mode: .readWrite))
     else { return XCTFail("create failed") }
-    XCTAssertEqual(try client.rpc(.twrite(fid: 50, offset: 0, data: Array("hi there".utf8))), .rwrite(count: 8))
+    XCTAssertEqual(
+      try client.rpc(.twrite(fid: 50, offset: 0, data: Array("hi there".utf8))), .rwrite(count: 8))
     _ = try client.rpc(.tclunk(fid: 50))
     XCTAssertEqual(try String(contentsOfFile: dir + "/note.txt", encoding: .utf8), "hi there")
     XCTAssertEqual(try client.readFile("files/note.txt"), "hi there")
     _ = try client.rpc(.twalk(fid: 0, newfid: 51, names: ["files"]))
     XCTAssertEqual(
-      try client.rpc(.tcreate(fid: 51, name: "..", perm: FileMode(permissions: 0o644), mode: .write)),
+      try client.rpc(
+        .tcreate(fid: 51, name: "..", perm: FileMode(permissions: 0o644), mode: .write)),
       .rerror(ename: "invalid argument"))
     _ = try client.rpc(.tclunk(fid: 51))
     _ = try client.rpc(.twalk(fid: 0, newfid: 52, names: ["files", "note.txt"]))

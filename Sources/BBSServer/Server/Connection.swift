@@ -34,11 +34,11 @@ final class Connection: Sendable {
     // Frames of one batch go out back to back (Rread(0) before Rflush). A device sends every
     // reply as exactly one SDU. Send failures surface as a receive failure on the reader.
     let lock = Mutex(())
-    let socket = raw
+    let packets = raw
     sendFrames = { frames in
       lock.withLock { _ in
         for frame in frames {
-          if let socket { try? socket.sendRaw(frame) } else { try? transport.send(frame) }
+          if let packets { try? packets.sendRaw(frame) } else { try? transport.send(frame) }
         }
       }
     }
@@ -49,6 +49,12 @@ final class Connection: Sendable {
 
   private func send(_ frames: [[UInt8]]) {
     if !frames.isEmpty { sendFrames(frames) }
+  }
+
+  /// Whether a request of this channel is on the worker (device profile).
+  var isProcessing: Bool {
+    if case .processing = receive.withLock({ $0 }) { return true }
+    return false
   }
 
   /// The reader loop; returns when the client goes away or the connection is closed.

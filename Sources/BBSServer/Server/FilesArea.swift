@@ -43,7 +43,8 @@ final class FilesArea: Sendable {
   /// Opens the area at `directory`.
   init(directory: String, writable: Bool) throws(ServerError) {
     guard let resolved = realpath(directory, nil) else {
-      throw ServerError.badConfiguration("--files \(directory): \(String(cString: strerror(errno)))")
+      throw ServerError.badConfiguration(
+        "--files \(directory): \(String(cString: strerror(errno)))")
     }
     root = String(cString: resolved)
     free(resolved)
@@ -123,7 +124,9 @@ final class FilesArea: Sendable {
 
   /// Creates a file (returning its open descriptor) or a directory (returning nil) in the
   /// directory `parent`.
-  func create(in parent: [String], name: String, directory: Bool, permissions: UInt32, mode: OpenMode)
+  func create(
+    in parent: [String], name: String, directory: Bool, permissions: UInt32, mode: OpenMode
+  )
     throws(NinePFailure) -> Int32?
   {
     guard writable else { throw NinePFailure("permission denied") }
