@@ -15,9 +15,9 @@ struct BBSDaemonCommand: ParsableCommand {
     commandName: "9bbsd",
     abstract: "Serve a 9BBS bulletin board over 9P2000.",
     discussion: """
-      Serves /etc, /rooms and /chat like a 9BBS board, over TCP, Unix or seqpacket sockets.
-      With --profile device it reproduces a real board's limits and quirks and disconnects a
-      client that breaks the board's wire rules. Without --listen or --stdio it listens on
+      Serves /etc, /rooms and /chat like a 9BBS board, over TCP, Unix or seqpacket sockets. \
+      With --profile device it reproduces a real board's limits and quirks and disconnects a \
+      client that breaks the board's wire rules. Without --listen or --stdio it listens on \
       \(BBSServerConfiguration.defaultListen).
       """)
 

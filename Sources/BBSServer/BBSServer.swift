@@ -194,9 +194,14 @@ public final class BBSServer: Sendable {
   }
 
   private func admit(_ transport: any MessageTransport) -> Connection? {
+    var refusal = ""
     let admitted = state.withLock { state -> Connection? in
-      guard !state.stopped else { return nil }
+      guard !state.stopped else {
+        refusal = "the server is stopping"
+        return nil
+      }
       if let max = configuration.maxSessions, state.connections.count >= max {
+        refusal = "all \(max) sessions in use"
         return nil
       }
       let id = state.nextID
@@ -206,9 +211,7 @@ public final class BBSServer: Sendable {
       return connection
     }
     if admitted == nil {
-      logger.warning(
-        "9bbsd: refusing \(transport.address): all \(configuration.maxSessions ?? 0) sessions in use"
-      )
+      logger.warning("9bbsd: refusing a connection on \(transport.address): \(refusal)")
       transport.close()
     }
     return admitted
