@@ -148,11 +148,15 @@ final class Session: Sendable {
   ) throws(NinePFailure) -> Message? {
     switch message {
     case .tversion(let msize, let version):
-      reset(&state)
+      // An unknown version leaves the session untouched (9p4z HEAD).
       guard version.hasPrefix("9P2000") else {
         return .rversion(msize: UInt32(clamping: state.msize), version: "unknown")
       }
-      state.msize = max(256, min(Int(msize), configuration.maxMessageSize))
+      // Never more than the client offered; a header-only msize cannot carry a reply.
+      guard msize >= 64 else { throw NinePFailure("bad Tversion") }
+      // A new version drops parked reads without replies and clunks every fid.
+      reset(&state)
+      state.msize = min(Int(msize), configuration.maxMessageSize)
       return .rversion(msize: UInt32(state.msize), version: NineP.version)
 
     case .tauth:

@@ -52,10 +52,8 @@ final class Tree: Sendable {
       default: return board.chat.roomNames.contains(name) ? .chatRoom(name) : nil
       }
     case .files(let path):
-      guard let files, FilesArea.isValidName(name),
-        let info = try? files.info(path + [name])
+      guard let files, FilesArea.isValidName(name), (try? files.info(path + [name])) != nil
       else { return nil }
-      _ = info
       return .files(path + [name])
     case .etcFile, .netsFile, .boardMessage, .chatPost, .chatUsers, .chatRoom:
       return nil
