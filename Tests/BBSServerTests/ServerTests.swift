@@ -208,6 +208,35 @@ final class ServerTests: XCTestCase {
     waitUntil { self.server?.board.chat.waiterCount == 0 && self.server?.sessionCount == 0 }
   }
 
+  func testTversionDropsParkedReadsWithoutReply() throws {
+    try startServer()
+    let client = try connect()
+    _ = try client.open("chat/lobby", fid: 7)
+    try client.send(.tread(fid: 7, offset: 0, count: 4096), tag: 5)
+    waitUntil { self.server?.board.chat.waiterCount == 1 }
+    XCTAssertEqual(
+      try client.rpc(.tversion(msize: 8192, version: "9P2000"), tag: NineP.noTag),
+      .rversion(msize: 8192, version: "9P2000"))
+    XCTAssertEqual(server?.board.chat.waiterCount, 0)
+    XCTAssertFalse(client.hasReply(tag: 5))
+    XCTAssertEqual(try client.rpc(.tstat(fid: 0)), .rerror(ename: "unknown fid"))
+  }
+
+  func testOnePostWakesManyClients() throws {
+    try startServer()
+    let readers = try (0..<20).map { try connect("reader\($0)") }
+    for reader in readers {
+      _ = try reader.open("chat/tech", fid: 7)
+      try reader.send(.tread(fid: 7, offset: 0, count: 4096), tag: 9)
+    }
+    waitUntil { self.server?.board.chat.waiterCount == readers.count }
+    let writer = try connect("writer")
+    _ = try writer.post("tech:hello everyone")
+    for reader in readers {
+      XCTAssertTrue(lines(try reader.reply(tag: 9)).hasSuffix("writer: hello everyone\n"))
+    }
+  }
+
   // MARK: Board rooms and /etc
 
   func testBoardMessageCreateWriteReadAndListing() throws {
