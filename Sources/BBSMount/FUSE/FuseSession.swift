@@ -314,7 +314,7 @@ public final class FuseSession: Sendable {
 
   // MARK: Checks
 
-  static func checkDevice() throws(FuseSessionError) {
+  public static func checkDevice() throws(FuseSessionError) {
     var st = stat()
     guard stat("/dev/fuse", &st) == 0 else {
       throw errno == ENOENT ? .deviceMissing : .deviceUnavailable(errno: errno)
@@ -324,7 +324,7 @@ public final class FuseSession: Sendable {
     close(fd)
   }
 
-  static func checkMountpoint(_ path: String, allowNonEmpty: Bool) throws(FuseSessionError) {
+  public static func checkMountpoint(_ path: String, allowNonEmpty: Bool) throws(FuseSessionError) {
     var st = stat()
     guard stat(path, &st) == 0 else {
       let e = errno

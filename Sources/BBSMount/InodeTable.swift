@@ -1,0 +1,80 @@
+import Foundation
+import NinePProtocol
+
+/// Inode numbers by path. A device's `qid.path` is not stable (listings and walks disagree),
+/// so the mount numbers nodes itself and never reuses a number while mounted.
+final class InodeTable: @unchecked Sendable {
+  struct Node {
+    var inode: FuseInode
+    var path: [String]
+    var kind: NodeKind
+    /// The server's entry, from a listing or a Tstat; nil for the root and drafts.
+    var stat: Stat?
+    var fetched: ContinuousClock.Instant
+  }
+
+  private let lock = NSLock()
+  private var byInode: [FuseInode: Node] = [:]
+  private var byPath: [[String]: FuseInode] = [:]
+  private var next: FuseInode = FuseInode.root + 1
+
+  init() {
+    let root = Node(inode: .root, path: [], kind: .directory, stat: nil, fetched: .now)
+    byInode[.root] = root
+    byPath[[]] = .root
+  }
+
+  func node(_ inode: FuseInode) -> Node? {
+    lock.lock()
+    defer { lock.unlock() }
+    return byInode[inode]
+  }
+
+  func inode(for path: [String]) -> FuseInode? {
+    lock.lock()
+    defer { lock.unlock() }
+    return byPath[path]
+  }
+
+  /// Records what is known of `path`, keeping its inode number if it had one.
+  @discardableResult
+  func record(path: [String], kind: NodeKind, stat: Stat?) -> Node {
+    lock.lock()
+    defer { lock.unlock() }
+    let inode: FuseInode
+    if let known = byPath[path] {
+      inode = known
+    } else {
+      inode = next
+      next += 1
+      byPath[path] = inode
+    }
+    let node = Node(inode: inode, path: path, kind: kind, stat: stat, fetched: .now)
+    byInode[inode] = node
+    return node
+  }
+
+  /// Marks a node's attributes stale (after our own write), so the next getattr asks again.
+  func invalidate(_ inode: FuseInode) {
+    lock.lock()
+    defer { lock.unlock() }
+    byInode[inode]?.fetched = .now - .seconds(3600)
+  }
+
+  /// Moves a node to a new path (rename), keeping its number.
+  func move(from old: [String], to new: [String]) {
+    lock.lock()
+    defer { lock.unlock() }
+    guard let inode = byPath.removeValue(forKey: old) else { return }
+    if let replaced = byPath[new] { byInode[replaced] = nil }
+    byPath[new] = inode
+    byInode[inode]?.path = new
+    byInode[inode]?.stat?.name = new.last ?? ""
+  }
+
+  var count: Int {
+    lock.lock()
+    defer { lock.unlock() }
+    return byInode.count
+  }
+}

@@ -1,0 +1,21 @@
+import NinePClient
+
+/// How the mount behaves (the `-o` options that are not libfuse's).
+public struct MountOptions: Sendable {
+  /// Read-only mount: writes, creates and removes fail with EROFS.
+  public var readOnly = false
+  /// Extra paths treated as streams (`stream=GLOB`).
+  public var streamGlobs: [String] = []
+  /// How long attributes and entries of ordinary files are trusted.
+  public var attributeTimeout: Duration = .seconds(1)
+  /// How long a directory listing answers lookups.
+  public var listingLifetime: Duration = .seconds(1)
+  /// Owner shown for every file (the server's "zephyr" means nothing here).
+  public var uid: UInt32
+  public var gid: UInt32
+
+  public init(uid: UInt32, gid: UInt32) {
+    self.uid = uid
+    self.gid = gid
+  }
+}

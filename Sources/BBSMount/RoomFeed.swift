@@ -1,0 +1,298 @@
+import Foundation
+import Logging
+import NinePClient
+import NinePProtocol
+
+/// One server-side reader per chat room, fanned out to every local reader.
+///
+/// A 9BBS room ignores the 9P offset and keeps one read position per user name, so two local
+/// readers reading the server directly would steal lines from each other. The feed reads the
+/// room on a stream session of the pool (so ordinary requests never queue behind its parked
+/// read), appends what arrives to the room's ``Transcript`` and wakes readers waiting at the
+/// end. A 0-byte Rread is never end-of-file: it means "nothing yet", "cancelled" or "no
+/// parking slot"; when such replies come back at once the feed backs off instead of spinning.
+final class RoomFeed: @unchecked Sendable {
+  let room: String
+  let path: [String]
+  private let pool: Pool
+  private let logger: Logger
+  private let lock = NSLock()
+  private var transcript = Transcript()
+  private var waiters: [UInt64: Waiter] = [:]
+  private var nextWaiterID: UInt64 = 1
+  private var users = 0
+  private var primed = false
+  private var generation: UInt64 = 0
+  private var active: (session: Session, fid: Fid)?
+  private var inFlight: (session: Session, handle: RequestHandle)?
+  /// Identifies the read on the wire, so a reply that beats `send`'s return is not mistaken
+  /// for a newer read.
+  private var readToken: UInt64 = 0
+  private var backoff: Duration = .zero
+  private var lastError: NinePError?
+  /// Called (outside the lock) whenever the transcript grows: poll wake-ups.
+  var onGrowth: (@Sendable () -> Void)?
+
+  private struct Waiter {
+    /// Wake when the transcript is longer than this; nil: wake when primed.
+    var beyond: UInt64?
+    var callback: @Sendable () -> Void
+  }
+
+  static let minimumBackoff: Duration = .milliseconds(100)
+  static let maximumBackoff: Duration = .seconds(2)
+  /// A reply faster than this that carries nothing counts as "instant" and backs off.
+  static let instantReply: Duration = .milliseconds(20)
+
+  init(room: String, path: [String], pool: Pool, logger: Logger) {
+    self.room = room
+    self.path = path
+    self.pool = pool
+    self.logger = logger
+  }
+
+  // MARK: What readers see
+
+  var length: UInt64 {
+    lock.lock()
+    defer { lock.unlock() }
+    return transcript.length
+  }
+
+  var modified: Date {
+    lock.lock()
+    defer { lock.unlock() }
+    return transcript.modified
+  }
+
+  var status: (readers: Int, lines: Int, lastMessage: Date, running: Bool) {
+    lock.lock()
+    defer { lock.unlock() }
+    return (users, transcript.lineCount, transcript.modified, active != nil)
+  }
+
+  func read(at offset: UInt64, count: Int) -> [UInt8] {
+    lock.lock()
+    defer { lock.unlock() }
+    return transcript.read(at: offset, count: count)
+  }
+
+  /// Calls `callback` once the transcript is longer than `offset` (at once if it already is).
+  /// Returns an id for ``cancelWait(_:)``, or nil if it called back already.
+  func wait(beyond offset: UInt64, _ callback: @escaping @Sendable () -> Void) -> UInt64? {
+    addWaiter(Waiter(beyond: offset, callback: callback)) { $0.transcript.length > offset }
+  }
+
+  /// Calls `callback` once the feed has had its first answer from the server (the backlog, or
+  /// an empty reply), so a new reader sees a truthful `st_size`.
+  func waitUntilPrimed(_ callback: @escaping @Sendable () -> Void) -> UInt64? {
+    addWaiter(Waiter(beyond: nil, callback: callback)) { $0.primed }
+  }
+
+  private func addWaiter(_ waiter: Waiter, ready: (RoomFeed) -> Bool) -> UInt64? {
+    lock.lock()
+    if ready(self) {
+      lock.unlock()
+      waiter.callback()
+      return nil
+    }
+    let id = nextWaiterID
+    nextWaiterID += 1
+    waiters[id] = waiter
+    lock.unlock()
+    return id
+  }
+
+  /// Forgets a waiter (its reader was interrupted). Returns false if it already ran.
+  @discardableResult
+  func cancelWait(_ id: UInt64) -> Bool {
+    lock.lock()
+    defer { lock.unlock() }
+    return waiters.removeValue(forKey: id) != nil
+  }
+
+  // MARK: Life cycle
+
+  /// A reader opened the room: the feed runs while anyone has it open.
+  func retain() {
+    lock.lock()
+    users += 1
+    let start = users == 1 && active == nil && inFlight == nil
+    if start { generation += 1 }
+    let current = generation
+    lock.unlock()
+    if start { connect(generation: current) }
+  }
+
+  /// A reader closed the room; the last one stops the server-side read.
+  func release() {
+    lock.lock()
+    users = max(0, users - 1)
+    guard users == 0 else {
+      lock.unlock()
+      return
+    }
+    generation += 1
+    let reading = inFlight
+    let opened = active
+    inFlight = nil
+    active = nil
+    lock.unlock()
+    if let reading { reading.session.cancel(reading.handle) }
+    if let opened { opened.session.clunk(opened.fid) }
+  }
+
+  /// Stops for good (unmount): wakes every waiter so replies go out.
+  func shutdown() {
+    lock.lock()
+    users = 0
+    generation += 1
+    let all = waiters.values
+    waiters.removeAll()
+    let reading = inFlight
+    inFlight = nil
+    active = nil
+    lock.unlock()
+    if let reading { reading.session.cancel(reading.handle) }
+    for waiter in all { waiter.callback() }
+  }
+
+  // MARK: The server-side read loop
+
+  private func isCurrent(_ generation: UInt64) -> Bool {
+    lock.lock()
+    defer { lock.unlock() }
+    return generation == self.generation
+  }
+
+  private func connect(generation: UInt64) {
+    pool.session(for: .stream) { [self] placed in
+      guard case .success(let session) = placed else {
+        if case .failure(let error) = placed { return failed(error, generation: generation) }
+        return
+      }
+      session.walk(path) { [self] walked in
+        switch walked {
+        case .failure(let error):
+          failed(error, generation: generation)
+        case .success(let result):
+          session.open(result.fid, mode: .read) { [self] opened in
+            if case .failure(let error) = opened {
+              session.clunk(result.fid)
+              return failed(error, generation: generation)
+            }
+            lock.lock()
+            guard generation == self.generation else {
+              lock.unlock()
+              session.clunk(result.fid)
+              return
+            }
+            active = (session, result.fid)
+            lock.unlock()
+            logger.debug(
+              "room feed \(room) reading on session \(ObjectIdentifier(session).hashValue)")
+            readNext(session: session, fid: result.fid, generation: generation)
+          }
+        }
+      }
+    }
+  }
+
+  private func readNext(session: Session, fid: Fid, generation: UInt64) {
+    let started = ContinuousClock.now
+    // Chat lines can be ~300 bytes and a line longer than the count is never delivered.
+    let count = min(session.maxReadCount, 8192)
+    lock.lock()
+    guard generation == self.generation else {
+      lock.unlock()
+      return
+    }
+    let offset = transcript.length
+    readToken += 1
+    let token = readToken
+    lock.unlock()
+    let handle = session.read(fid, offset: offset, count: count, mayPark: true) { [self] result in
+      lock.lock()
+      if readToken == token { readToken += 1 }
+      lock.unlock()
+      let elapsed = started.duration(to: .now)
+      switch result {
+      case .success(let data):
+        received(data, elapsed: elapsed, session: session, fid: fid, generation: generation)
+      case .failure(.flushed), .failure(.cancelled):
+        break
+      case .failure(let error):
+        lock.lock()
+        if generation == self.generation {
+          active = nil
+          inFlight = nil
+        }
+        lock.unlock()
+        if session.closedReason == nil { session.clunk(fid) }
+        failed(error, generation: generation)
+      }
+    }
+    lock.lock()
+    if generation == self.generation && readToken == token { inFlight = (session, handle) }
+    lock.unlock()
+  }
+
+  private func received(
+    _ data: [UInt8], elapsed: Duration, session: Session, fid: Fid, generation: UInt64
+  ) {
+    lock.lock()
+    guard generation == self.generation else {
+      lock.unlock()
+      return
+    }
+    inFlight = nil
+    transcript.append(data)
+    primed = true
+    lastError = nil
+    let length = transcript.length
+    var ready: [@Sendable () -> Void] = []
+    for (id, waiter) in waiters where waiter.beyond.map({ length > $0 }) ?? true {
+      ready.append(waiter.callback)
+      waiters[id] = nil
+    }
+    if data.isEmpty && elapsed < Self.instantReply {
+      backoff = backoff == .zero ? Self.minimumBackoff : min(backoff * 2, Self.maximumBackoff)
+    } else {
+      backoff = .zero
+    }
+    let delay = backoff
+    let growth = data.isEmpty ? nil : onGrowth
+    lock.unlock()
+    for callback in ready { callback() }
+    growth?()
+    if delay == .zero {
+      readNext(session: session, fid: fid, generation: generation)
+    } else {
+      DispatchQueue.global().asyncAfter(deadline: .now() + delay.seconds) { [self] in
+        readNext(session: session, fid: fid, generation: generation)
+      }
+    }
+  }
+
+  private func failed(_ error: NinePError, generation: UInt64) {
+    lock.lock()
+    guard generation == self.generation else {
+      lock.unlock()
+      return
+    }
+    lastError = error
+    backoff = backoff == .zero ? Self.minimumBackoff : min(backoff * 2, Self.maximumBackoff)
+    let delay = backoff
+    lock.unlock()
+    logger.warning("room feed \(room): \(error); retrying in \(delay)")
+    DispatchQueue.global().asyncAfter(deadline: .now() + delay.seconds) { [self] in
+      if isCurrent(generation) { connect(generation: generation) }
+    }
+  }
+}
+
+extension Duration {
+  var seconds: Double {
+    Double(components.seconds) + Double(components.attoseconds) / 1e18
+  }
+}

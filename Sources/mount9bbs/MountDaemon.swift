@@ -1,0 +1,150 @@
+import BBSMount
+import BBSServer
+import Foundation
+import Logging
+import NinePClient
+import NinePTransport
+
+/// Connects, mounts and serves until unmounted; reports readiness or the first error.
+struct MountDaemon {
+  let address: TransportAddress?
+  let mountpoint: String
+  let options: ParsedOptions
+  let debug: Bool
+  let readyFD: Int32?
+
+  /// Runs the mount; returns the process exit code.
+  func run() -> Int32 {
+    LoggingSystem.bootstrap { label in
+      var handler = StreamLogHandler.standardError(label: label)
+      handler.logLevel = debug ? .trace : .notice
+      return handler
+    }
+    let logger = Logger(label: "mount9bbs")
+    do {
+      try serve(logger: logger)
+      return 0
+    } catch {
+      report("mount9bbs: \(error)")
+      return 1
+    }
+  }
+
+  private func serve(logger: Logger) throws(MountError) {
+    // Local problems first: they are quick to find and need no server.
+    do throws(FuseSessionError) {
+      try FuseSession.checkDevice()
+      try FuseSession.checkMountpoint(mountpoint, allowNonEmpty: options.allowNonEmpty)
+    } catch {
+      throw .fuse(error)
+    }
+
+    var local: LocalBBS?
+    let target: TransportAddress
+    if let address {
+      target = address
+    } else {
+      do {
+        let started = try LocalBBS.start(logger: logger)
+        local = started
+        target = started.address
+      } catch {
+        throw .local("\(error)")
+      }
+    }
+    defer { local?.stop() }
+
+    let profile = options.profile ?? ServerProfile.default(for: target)
+    let configuration = SessionConfiguration(
+      profile: profile, uname: options.uname, aname: options.aname, requestedMsize: options.msize,
+      requestTimeout: options.timeout)
+    let pool = Pool(
+      address: target, configuration: configuration, maxSessions: options.sessions ?? 2,
+      logger: logger)
+    do {
+      try pool.start()
+    } catch {
+      throw .connect(address: target.description, error)
+    }
+    defer { pool.close() }
+    let primary = pool.primary
+    logger.info(
+      "connected to \(target) (\(profile) profile, msize \(primary.msize), uname \(options.uname))")
+
+    var mountOptions = MountOptions(uid: getuid(), gid: getgid())
+    mountOptions.readOnly = options.readOnly
+    mountOptions.streamGlobs = options.streamGlobs
+    let fileSystem = BBSFileSystem(pool: pool, options: mountOptions, logger: logger)
+
+    var fuseOptions = FuseMountOptions()
+    fuseOptions.fsName = "9bbs:" + (address?.description ?? "local")
+    fuseOptions.subtype = "mount9bbs"
+    fuseOptions.allowOther = options.allowOther
+    fuseOptions.defaultPermissions = options.defaultPermissions
+    fuseOptions.readOnly = options.readOnly
+    fuseOptions.allowNonEmptyMountpoint = options.allowNonEmpty
+    fuseOptions.extraOptions = options.passthrough
+    fuseOptions.handleSignals = true
+    fuseOptions.trace = debug
+    let session = FuseSession(
+      fileSystem: fileSystem, mountpoint: mountpoint, options: fuseOptions, logger: logger)
+    do throws(FuseSessionError) {
+      try session.mount()
+    } catch {
+      throw .fuse(error)
+    }
+    // The server going away ends nothing here: readers wait and requests time out with a
+    // clear errno (reconnecting is the pool's business).
+    signalReady()
+    do {
+      try session.run()
+    } catch {
+      logger.error("\(error)")
+    }
+    fileSystem.shutdown()
+    logger.info("unmounted \(mountpoint)")
+  }
+
+  private func signalReady() {
+    guard let readyFD else { return }
+    let text = "ready\n"
+    _ = text.utf8CString.withUnsafeBufferPointer { write(readyFD, $0.baseAddress, $0.count - 1) }
+    close(readyFD)
+  }
+
+  /// Reports an error where the user will see it: the front process's pipe, or stderr.
+  private func report(_ message: String) {
+    if let readyFD {
+      let text = message + "\n"
+      _ = text.utf8CString.withUnsafeBufferPointer { write(readyFD, $0.baseAddress, $0.count - 1) }
+      close(readyFD)
+    } else {
+      Diagnostics.fail(message)
+    }
+  }
+}
+
+/// Why the mount could not start; each says what to do about it.
+enum MountError: Error, CustomStringConvertible {
+  case fuse(FuseSessionError)
+  case connect(address: String, NinePError)
+  case local(String)
+
+  var description: String {
+    switch self {
+    case .fuse(let error):
+      return "\(error)"
+    case .connect(let address, .transport(let error)):
+      return "cannot reach \(address): \(error)"
+    case .connect(let address, .versionNotSupported(let said)):
+      return
+        "\(address) does not speak 9P2000 (it answered Tversion with \"\(said)\"); mount9bbs needs a 9P2000 server"
+    case .connect(let address, .timedOut):
+      return "\(address) did not answer the 9P handshake in time; is it a 9P server?"
+    case .connect(let address, let error):
+      return "cannot mount \(address): \(error)"
+    case .local(let text):
+      return "cannot start the built-in BBS: \(text)"
+    }
+  }
+}

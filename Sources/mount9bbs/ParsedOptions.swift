@@ -1,0 +1,78 @@
+import BBSMount
+import Foundation
+import NinePClient
+
+/// The `-o` options, validated.
+struct ParsedOptions {
+  var uname: String
+  var aname = ""
+  var msize: UInt32?
+  var profile: ServerProfile?
+  var sessions: Int?
+  var readOnly = false
+  var allowOther = false
+  var defaultPermissions = false
+  var timeout: Duration = .seconds(30)
+  var streamGlobs: [String] = []
+  var allowNonEmpty = false
+  var passthrough: [String] = []
+
+  struct Invalid: Error, CustomStringConvertible {
+    let description: String
+  }
+
+  init(_ lists: [String]) throws(Invalid) {
+    uname = Self.loginName()
+    for item in lists.flatMap({ $0.split(separator: ",").map(String.init) }) where !item.isEmpty {
+      let parts = item.split(separator: "=", maxSplits: 1).map(String.init)
+      let key = parts[0]
+      let value = parts.count > 1 ? parts[1] : nil
+      func required() throws(Invalid) -> String {
+        guard let value, !value.isEmpty else {
+          throw Invalid(description: "option \(key) needs a value (\(key)=…)")
+        }
+        return value
+      }
+      func number(_ range: ClosedRange<Int>) throws(Invalid) -> Int {
+        let text = try required()
+        guard let parsed = Int(text), range.contains(parsed) else {
+          throw Invalid(
+            description:
+              "option \(key)=\(text): expected a number from \(range.lowerBound) to \(range.upperBound)"
+          )
+        }
+        return parsed
+      }
+      switch key {
+      case "uname": uname = try required()
+      case "aname": aname = value ?? ""
+      case "msize": msize = UInt32(try number(256...(16 << 20)))
+      case "profile":
+        let text = try required()
+        guard let chosen = ServerProfile(rawValue: text) else {
+          throw Invalid(description: "option profile=\(text): expected device or multiplex")
+        }
+        profile = chosen
+      case "sessions": sessions = try number(1...16)
+      case "ro": readOnly = true
+      case "rw": readOnly = false
+      case "allow_other":
+        allowOther = true
+        // Other users reach the files: let the kernel check the modes.
+        defaultPermissions = true
+      case "default_permissions": defaultPermissions = true
+      case "timeout": timeout = .seconds(try number(1...86400))
+      case "stream": streamGlobs.append(try required())
+      case "nonempty": allowNonEmpty = true
+      default: passthrough.append(item)
+      }
+    }
+  }
+
+  static func loginName() -> String {
+    if let entry = getpwuid(getuid()), let name = entry.pointee.pw_name {
+      return String(cString: name)
+    }
+    return ProcessInfo.processInfo.environment["USER"] ?? "guest"
+  }
+}

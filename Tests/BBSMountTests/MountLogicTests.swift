@@ -1,0 +1,81 @@
+import XCTest
+
+@testable import BBSMount
+
+/// The mount's pure pieces: post composition, transcripts, path classification.
+final class MountLogicTests: XCTestCase {
+  func testPostsAreOneLineEachAlwaysWithRoom() {
+    var composer = PostComposer(fixedRoom: nil)
+    let rooms: Set = ["lobby", "tech"]
+    let posts = composer.append(
+      Array("hello\r\ntech:to tech\nhello: there\npartial".utf8), knownRooms: rooms)
+    XCTAssertEqual(
+      posts.map { String(decoding: $0.payload, as: UTF8.self) },
+      ["lobby:hello", "tech:to tech", "lobby:hello: there"])
+    XCTAssertTrue(composer.hasPartialLine)
+    XCTAssertEqual(
+      composer.finish(knownRooms: rooms).map { String(decoding: $0.payload, as: UTF8.self) },
+      ["lobby:partial"])
+  }
+
+  func testRoomWriterPrefixesItsRoomAndSkipsEmptyLines() {
+    var composer = PostComposer(fixedRoom: "tech")
+    let posts = composer.append(
+      Array("\nlobby:not a route\n\r\n".utf8), knownRooms: ["lobby", "tech"])
+    XCTAssertEqual(
+      posts.map { String(decoding: $0.payload, as: UTF8.self) }, ["tech:lobby:not a route"])
+  }
+
+  func testLongLinesSplitAtCharacterBoundariesLosingNothing() {
+    let text = String(repeating: "é€😀 word ", count: 60)
+    var composer = PostComposer(fixedRoom: "lobby", textLimit: 255)
+    let posts = composer.append(Array((text + "\n").utf8), knownRooms: [])
+    XCTAssertGreaterThan(posts.count, 1)
+    for post in posts {
+      XCTAssertLessThanOrEqual(post.text.count, 255)
+      XCTAssertNotNil(String(validating: post.text, as: UTF8.self), "split inside a character")
+    }
+    XCTAssertEqual(String(decoding: posts.flatMap(\.text), as: UTF8.self), text)
+  }
+
+  func testTranscriptIsOffsetAddressed() {
+    var transcript = Transcript(capacity: 64)
+    transcript.append(Array("one\n".utf8))
+    transcript.append(Array("two\n".utf8))
+    XCTAssertEqual(transcript.length, 8)
+    XCTAssertEqual(transcript.read(at: 4, count: 100), Array("two\n".utf8))
+    XCTAssertEqual(transcript.read(at: 8, count: 100), [])
+    for index in 0..<40 { transcript.append(Array("line \(index)\n".utf8)) }
+    // Old bytes go, offsets stay: what is kept is still at its original offset.
+    let length = transcript.length
+    XCTAssertEqual(transcript.read(at: length - 8, count: 8), Array("line 39\n".utf8))
+    XCTAssertEqual(transcript.lineCount, 42)
+    XCTAssertEqual(
+      transcript.lastLines(2).map { String(decoding: $0, as: UTF8.self) },
+      ["line 38\n", "line 39\n"])
+  }
+
+  func testPathClassification() {
+    let classifier = PathClassifier(streamGlobs: ["/feeds/*.log"])
+    XCTAssertEqual(classifier.kind(of: ["chat", "lobby"]), .room(name: "lobby"))
+    XCTAssertEqual(classifier.kind(of: ["srv", "bbs", "chat", "post"]), .post)
+    XCTAssertEqual(classifier.kind(of: ["chat", "users"]), .users)
+    XCTAssertEqual(classifier.kind(of: ["feeds", "a.log"]), .room(name: "a.log"))
+    XCTAssertNil(classifier.kind(of: ["feeds", "sub", "a.log"]))
+    XCTAssertNil(classifier.kind(of: ["etc", "motd"]))
+    XCTAssertNil(classifier.kind(of: ["chat"]))
+    XCTAssertTrue(classifier.isBoardRoom(["rooms", "lobby"]))
+    XCTAssertTrue(classifier.isBoardRoom(["srv", "bbs", "rooms", "lobby"]))
+    XCTAssertFalse(classifier.isBoardRoom(["files", "lobby"]))
+    XCTAssertTrue(Glob.matches("/a/**", "/a/b/c"))
+    XCTAssertTrue(Glob.matches("/a/?", "/a/b"))
+    XCTAssertFalse(Glob.matches("/a/?", "/a/bc"))
+  }
+
+  func testListingNamesThatWouldEscapeAreRefused() {
+    for name in ["", ".", "..", "a/b", "a\0b"] {
+      XCTAssertFalse(ListingCache.isAcceptable(name), name)
+    }
+    XCTAssertTrue(ListingCache.isAcceptable("lobby"))
+  }
+}

@@ -1,0 +1,218 @@
+import Foundation
+
+/// Errors of the test harness, with enough context to debug a failed run.
+public struct HarnessError: Error, CustomStringConvertible {
+  public let description: String
+  public init(_ description: String) { self.description = description }
+}
+
+/// Where `swift build` put the executables: next to the test bundle.
+public enum BuiltProducts {
+  public static var directory: URL {
+    let exe =
+      (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+      ?? CommandLine.arguments[0]
+    return URL(fileURLWithPath: exe).deletingLastPathComponent()
+  }
+
+  public static func path(of name: String) -> String {
+    directory.appendingPathComponent(name).path
+  }
+}
+
+/// Waits (polling) until `condition` holds or `timeout` passes. For conditions no event
+/// announces, such as a mount appearing in /proc/mounts.
+public func waitUntil(
+  timeout: TimeInterval, interval: TimeInterval = 0.01, _ condition: () -> Bool
+) -> Bool {
+  let deadline = Date(timeIntervalSinceNow: timeout)
+  while Date() < deadline {
+    if condition() { return true }
+    Thread.sleep(forTimeInterval: interval)
+  }
+  return condition()
+}
+
+/// A child process with captured output, stopped on `stop()` (SIGTERM, then SIGKILL).
+public final class ChildProcess: @unchecked Sendable {
+  public let process = Process()
+  private let output = Pipe()
+  private let lock = NSLock()
+  private var captured = Data()
+
+  public init(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) {
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    if let environment {
+      process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+    }
+    process.standardOutput = output
+    process.standardError = output
+    process.standardInput = FileHandle.nullDevice
+    output.fileHandleForReading.readabilityHandler = { [weak self] handle in
+      let data = handle.availableData
+      guard let self, !data.isEmpty else { return }
+      self.lock.lock()
+      self.captured.append(data)
+      self.lock.unlock()
+    }
+  }
+
+  public func start() throws {
+    try process.run()
+  }
+
+  /// Everything the process wrote to stdout and stderr so far.
+  public var text: String {
+    lock.lock()
+    defer { lock.unlock() }
+    return String(decoding: captured, as: UTF8.self)
+  }
+
+  public var isRunning: Bool { process.isRunning }
+
+  /// Waits for exit; false on timeout.
+  @discardableResult
+  public func wait(timeout: TimeInterval) -> Bool {
+    waitUntil(timeout: timeout) { !process.isRunning }
+  }
+
+  public func signal(_ signal: Int32) {
+    if process.isRunning { kill(process.processIdentifier, signal) }
+  }
+
+  /// SIGTERM, then SIGKILL if it has not gone within `grace`.
+  public func stop(grace: TimeInterval = 5) {
+    guard process.isRunning else { return }
+    signal(SIGTERM)
+    if !wait(timeout: grace) {
+      signal(SIGKILL)
+      wait(timeout: 5)
+    }
+  }
+}
+
+/// Runs a shell command to completion with a timeout; returns exit status and output.
+@discardableResult
+public func shell(_ command: String, timeout: TimeInterval = 30) throws -> (
+  status: Int32, output: String
+) {
+  let child = ChildProcess("/bin/sh", ["-c", command])
+  try child.start()
+  guard child.wait(timeout: timeout) else {
+    child.signal(SIGKILL)
+    child.wait(timeout: 5)
+    throw HarnessError("command timed out after \(timeout) s: \(command)\noutput: \(child.text)")
+  }
+  // Let the pipe drain.
+  _ = waitUntil(timeout: 0.2) { false }
+  return (child.process.terminationStatus, child.text)
+}
+
+/// A private temporary directory removed on `remove()`.
+public func makeTemporaryDirectory(_ prefix: String = "mount9bbs-test") throws -> String {
+  var template = Array((NSTemporaryDirectory() + prefix + ".XXXXXX").utf8CString)
+  guard let made = mkdtemp(&template) else { throw HarnessError("mkdtemp failed") }
+  return String(cString: made)
+}
+
+/// Whether a FUSE file system is mounted at `path` (per /proc/mounts).
+public func isMounted(_ path: String) -> Bool {
+  let resolved = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
+  guard let mounts = try? String(contentsOfFile: "/proc/mounts", encoding: .utf8) else {
+    return false
+  }
+  return mounts.split(separator: "\n").contains { line in
+    let fields = line.split(separator: " ")
+    return fields.count > 2 && fields[1] == resolved && fields[2].hasPrefix("fuse")
+  }
+}
+
+/// A real `9bbsd` process listening on a private socket (and optionally TCP).
+public final class ServerProcess: @unchecked Sendable {
+  public let child: ChildProcess
+  public let directory: String
+  /// The dial string clients use.
+  public let address: String
+
+  /// Starts `9bbsd`. `transport` is "tcp", "unix" or "seqpacket".
+  public init(transport: String = "tcp", profile: String = "default", extra: [String] = []) throws {
+    directory = try makeTemporaryDirectory("9bbsd-test")
+    let listen: String
+    switch transport {
+    case "tcp":
+      // Pick a free port by binding port 0 briefly.
+      listen = "tcp!127.0.0.1!\(try Self.freePort())"
+    case "seqpacket":
+      listen = "seqpacket!\(directory)/9bbs.sock"
+    default:
+      listen = "unix!\(directory)/9bbs.sock"
+    }
+    address = listen
+    child = ChildProcess(
+      BuiltProducts.path(of: "9bbsd"),
+      ["--listen", listen, "--profile", profile, "--rooms", "lobby,tech"] + extra)
+    try child.start()
+    let ready = waitUntil(timeout: 10) { child.text.contains("listening on") || !child.isRunning }
+    guard ready, child.isRunning else {
+      child.stop()
+      throw HarnessError("9bbsd did not start: \(child.text)")
+    }
+  }
+
+  public func stop() {
+    child.stop()
+    try? FileManager.default.removeItem(atPath: directory)
+  }
+
+  static func freePort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw HarnessError("socket failed") }
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    let bound = withUnsafePointer(to: &address) {
+      $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+        bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+      }
+    }
+    guard bound == 0 else { throw HarnessError("bind failed") }
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) {
+      $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+  }
+}
+
+/// A real `mount9bbs -f` process serving a mount point.
+public final class MountProcess: @unchecked Sendable {
+  public let child: ChildProcess
+  public let mountpoint: String
+
+  public init(address: String?, mountpoint: String, options: [String] = []) throws {
+    self.mountpoint = mountpoint
+    var arguments = ["-f"]
+    if !options.isEmpty { arguments += ["-o", options.joined(separator: ",")] }
+    if let address { arguments.append(address) } else { arguments.append("--local") }
+    arguments.append(mountpoint)
+    child = ChildProcess(BuiltProducts.path(of: "mount9bbs"), arguments)
+    try child.start()
+    guard waitUntil(timeout: 15, { isMounted(mountpoint) || !child.isRunning }), child.isRunning
+    else {
+      child.stop()
+      throw HarnessError("mount9bbs did not mount: \(child.text)")
+    }
+  }
+
+  /// Unmounts (however the process is doing) and stops the process.
+  public func stop() {
+    if isMounted(mountpoint) {
+      _ = try? shell(
+        "fusermount3 -u -z '\(mountpoint)' 2>/dev/null || umount -l '\(mountpoint)'", timeout: 10)
+    }
+    child.stop()
+  }
+}
