@@ -50,7 +50,9 @@ enum Detacher {
     }
     var report: [UInt8] = []
     var buffer = [UInt8](repeating: 0, count: 4096)
-    while true {
+    // One line: "ready", or the error. Don't wait for EOF: the daemon's own children
+    // (none today, but libfuse may start fusermount3) could keep the pipe open.
+    while !report.contains(UInt8(ascii: "\n")) {
       let count = read(readEnd, &buffer, buffer.count)
       if count > 0 {
         report += buffer[..<count]

@@ -102,8 +102,19 @@ struct Mount9BBS: ParsableCommand {
   }
 
   private func runUnmount(_ path: String) throws {
+    // A live daemon is asked to stop: it answers blocked readers and unmounts itself.
+    let record = RuntimeRecord(mountpoint: path)
+    if let pid = record.livePID, FuseSession.isFuseMount(path: path) {
+      kill(pid, SIGTERM)
+      let deadline = Date(timeIntervalSinceNow: 5)
+      while FuseSession.isFuseMount(path: path) && Date() < deadline {
+        usleep(10_000)
+      }
+      if !FuseSession.isFuseMount(path: path) { return }
+    }
     do {
       try FuseSession.unmount(path: path)
+      record.remove()
     } catch {
       Diagnostics.fail("mount9bbs: \(error)")
       throw ExitCode(1)

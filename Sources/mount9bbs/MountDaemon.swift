@@ -95,6 +95,9 @@ struct MountDaemon {
     }
     // The server going away ends nothing here: readers wait and requests time out with a
     // clear errno (reconnecting is the pool's business).
+    let record = RuntimeRecord(mountpoint: mountpoint)
+    record.write(pid: getpid())
+    defer { record.remove() }
     signalReady()
     do {
       try session.run()

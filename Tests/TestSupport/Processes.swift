@@ -118,7 +118,12 @@ public func makeTemporaryDirectory(_ prefix: String = "mount9bbs-test") throws -
 
 /// Whether a FUSE file system is mounted at `path` (per /proc/mounts).
 public func isMounted(_ path: String) -> Bool {
-  let resolved = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
+  // realpath(3) without stat-ing the mount itself: a mount whose daemon is not serving
+  // would block a stat forever.
+  let parent = (path as NSString).deletingLastPathComponent
+  var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+  let resolvedParent = realpath(parent.isEmpty ? "." : parent, &buffer).map { String(cString: $0) } ?? parent
+  let resolved = resolvedParent + "/" + (path as NSString).lastPathComponent
   guard let mounts = try? String(contentsOfFile: "/proc/mounts", encoding: .utf8) else {
     return false
   }
