@@ -442,6 +442,139 @@ final class ClientServerTests: XCTestCase {
     }
   }
 
+  // MARK: Large transfers and concurrency
+
+  /// Files much larger than one message through a writable `--files` area: many Twrites and
+  /// Treads, each spread over many 245-byte SDUs on seqpacket. Also a board message of 4000
+  /// bytes in one Twrite and a chat post over the 255-byte text limit.
+  func testLargeTransfersAcrossMessagesAndSDUs() throws {
+    let root = try makeTemporaryDirectory("itest-rw")
+    addTeardownBlock { try? FileManager.default.removeItem(atPath: root) }
+    forEachTarget(extra: { target in ["--files", root, "--files-rw"] }) { board in
+      let session = try board.connect(uname: "dave")
+      let name = "big-\(board.target.transport)-\(board.target.serverProfile).bin"
+      let payload = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) }
+      let area = try awaitResult("walk files") { session.walk(["files"], completion: $0) }
+      let created = try awaitResult("create \(name)") {
+        session.create(
+          area.fid, name: name, perm: FileMode(permissions: 0o644), mode: .write, completion: $0)
+      }
+      let wrote = try awaitResult("write \(payload.count) bytes", timeout: 60) {
+        session.writeAll(area.fid, offset: 0, data: payload, iounit: created.iounit, completion: $0)
+      }
+      XCTAssertEqual(wrote, payload.count, "\(board.target)")
+      _ = try awaitResult("clunk") { session.clunk(area.fid, completion: $0) }
+      let (fid, iounit) = try session.openPath("files/\(name)")
+      let back = try awaitResult("read back", timeout: 60) {
+        session.readAll(fid, iounit: iounit, completion: $0)
+      }
+      _ = try awaitResult("clunk") { session.clunk(fid, completion: $0) }
+      XCTAssertEqual(back.count, payload.count, "\(board.target)")
+      XCTAssertTrue(back == payload, "\(board.target): content differs")
+      let onDisk = try Data(contentsOf: URL(fileURLWithPath: root + "/" + name))
+      XCTAssertEqual(onDisk.count, payload.count, "\(board.target)")
+
+      // One 4000-byte board message, written in one Twrite.
+      let body = String(repeating: "0123456789abcdef", count: 250)
+      let room = try awaitResult("walk rooms/tech") {
+        session.walk(["rooms", "tech"], completion: $0)
+      }
+      _ = try awaitResult("create message") {
+        session.create(
+          room.fid, name: "1738005432999", perm: FileMode(permissions: 0o644), mode: .write,
+          completion: $0)
+      }
+      let text = Array("Subject: big\n\n\(body)\n".utf8)
+      XCTAssertLessThanOrEqual(text.count, session.maxWriteCount)
+      let count = try awaitResult("write message") {
+        session.write(room.fid, offset: 0, data: text, completion: $0)
+      }
+      XCTAssertEqual(Int(count), text.count, "\(board.target)")
+      _ = try awaitResult("clunk") { session.clunk(room.fid, completion: $0) }
+      let id = String(UInt32(truncatingIfNeeded: UInt64(1_738_005_432_999)))
+      let rendered = try session.contents("rooms/tech/\(id)")
+      XCTAssertTrue(rendered.contains(body), "\(board.target): body lost")
+
+      // A post longer than the text limit: Rwrite reports all of it, the line is cut at 255.
+      let long = String(repeating: "x", count: 300)
+      XCTAssertEqual(try session.post("tech:\(long)"), 305, "\(board.target)")
+      let (tech, _) = try session.openPath("chat/tech")
+      let line = try awaitResult("read tech") {
+        session.read(tech, offset: 0, count: 1024, mayPark: true, completion: $0)
+      }
+      _ = try awaitResult("clunk") { session.clunk(tech, completion: $0) }
+      XCTAssertTrue(
+        String(decoding: line, as: UTF8.self).hasSuffix("] dave: \(String(long.prefix(255)))\n"),
+        "\(board.target)")
+    }
+  }
+
+  /// Many threads share one session while reads are parked on it: walks, opens, reads,
+  /// listings and stats all complete, and the device discipline holds throughout.
+  func testConcurrentTrafficOnOneSessionWithParkedReads() {
+    forEachTarget { board in
+      let session = try board.connect(uname: "erin")
+      let poster = try board.connect(uname: "frank")
+      // Two parked reads on the busy session (a device has 4 slots).
+      var parked: [(fid: Fid, outcomes: Outcomes<[UInt8]>)] = []
+      for room in ["lobby", "tech"] {
+        let (fid, _) = try session.openPath("chat/\(room)")
+        let outcomes = Outcomes<[UInt8]>()
+        session.read(fid, offset: 0, count: 1024, mayPark: true) { outcomes.add($0) }
+        parked.append((fid, outcomes))
+      }
+      let failures = EventLog()
+      // Eight threads at once (not concurrentPerform: that runs only as many as there are cores).
+      let workers = DispatchGroup()
+      for worker in 0..<8 {
+        DispatchQueue.global().async(group: workers) {
+          for round in 0..<12 {
+            do {
+              switch (worker + round) % 3 {
+              case 0:
+                let text = try session.contents("etc/motd")
+                if text != board.motd + "\n" { failures.record("motd: \(text)") }
+              case 1:
+                let names = try session.list("etc").map(\.name)
+                if names.count != 8 { failures.record("etc listing: \(names)") }
+              default:
+                let stat = try awaitResult("stat") { completion in
+                  session.walk(["rooms", "lobby"]) { walked in
+                    guard case .success(let result) = walked else {
+                      return completion(
+                        walked.map { _ in Stat(qid: Qid(path: 0), mode: [], name: "") })
+                    }
+                    session.stat(result.fid) { stat in
+                      session.clunk(result.fid)
+                      completion(stat)
+                    }
+                  }
+                }
+                if stat.name != "lobby" { failures.record("stat: \(stat)") }
+              }
+            } catch {
+              failures.record("worker \(worker) round \(round): \(error)")
+            }
+          }
+        }
+      }
+      XCTAssertEqual(
+        workers.wait(timeout: .now() + 120), .success, "\(board.target): workers stuck")
+      XCTAssertEqual(failures.entries, [], "\(board.target)")
+      XCTAssertTrue(parked.allSatisfy { $0.outcomes.count == 0 }, "\(board.target): woke early")
+      try poster.post("lobby:done")
+      try poster.post("tech:done")
+      for (fid, outcomes) in parked {
+        XCTAssertTrue(outcomes.wait(timeout: 15), "\(board.target): parked read never woke")
+        let text = (try? outcomes.all.first?.get()).map { String(decoding: $0, as: UTF8.self) }
+        XCTAssertTrue(
+          text?.hasSuffix("] frank: done\n") == true, "\(board.target): \(String(describing: text))"
+        )
+        _ = try awaitResult("clunk") { session.clunk(fid, completion: $0) }
+      }
+    }
+  }
+
   // MARK: The checks can fail
 
   /// A multiplex-profile client pipelining two requests to a device-profile server over
