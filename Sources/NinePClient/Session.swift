@@ -271,6 +271,9 @@ public final class Session: @unchecked Sendable {
       id: state.nextID, message: .tflush(oldtag: tag), mayPark: false, completion: nil)
     state.nextID += 1
     flush.flushTarget = pending
+    // A server that does not answer a Tflush in time has stopped answering altogether.
+    if let timeout = configuration.requestTimeout { flush.deadline = .now + timeout }
+    state.byID[flush.id] = flush
     // Flushes go ahead of new work: they free tags and parked-read slots.
     state.queue.prepend(flush)
   }
@@ -398,7 +401,14 @@ public final class Session: @unchecked Sendable {
     condition.lock()
     while state.closedReason == nil {
       let now = ContinuousClock.now
-      let expired = expireLocked(now: now)
+      let (expired, unanswered) = expireLocked(now: now)
+      if let unanswered {
+        condition.unlock()
+        for request in expired { request.completion?(.failure(.timedOut)) }
+        logger.error("no reply to \(unanswered) in time; closing the session")
+        close(reason: "the server stopped answering (no reply to \(unanswered))")
+        return
+      }
       if !expired.isEmpty {
         condition.unlock()
         for request in expired { request.completion?(.failure(.timedOut)) }
@@ -462,22 +472,34 @@ public final class Session: @unchecked Sendable {
     return wake
   }
 
-  /// Removes or abandons timed-out requests; returns those whose callers must hear of it.
-  private func expireLocked(now: ContinuousClock.Instant) -> [Pending] {
+  /// Removes or abandons timed-out requests; returns those whose callers must hear of it, and
+  /// the Tflush that went unanswered, if one did (the session must then close).
+  private func expireLocked(now: ContinuousClock.Instant) -> (
+    expired: [Pending], unansweredFlush: Message?
+  ) {
     var expired: [Pending] = []
+    var unansweredFlush: Message?
     for pending in state.byID.values {
       guard let deadline = pending.deadline, deadline <= now, !pending.abandoned else { continue }
       pending.abandoned = true
+      if case .tflush = pending.message {
+        unansweredFlush = pending.message
+        continue
+      }
       expired.append(pending)
       if pending.tag == nil {
         state.queue.removeAll { $0 === pending }
         state.byID[pending.id] = nil
       } else {
         logger.warning("no reply to \(pending.message) in time; flushing it")
+        // A device keeps the channel busy until the request is answered; a lost reply
+        // (facts §3.2: TX buffer timeout, oversized SDU) would hold it busy for ever. After a
+        // whole timeout the device is done with it: let the Tflush go.
+        if state.busyTag == pending.tag { state.busyTag = nil }
         enqueueFlushLocked(pending)
       }
     }
-    return expired
+    return (expired, unansweredFlush)
   }
 
   private func readerLoop() {
