@@ -80,6 +80,10 @@ public final class Session: @unchecked Sendable {
     var abandoned = false
     /// Tflush sent for this request.
     var flushing = false
+    /// The reply crossed the Tflush and went to the caller; the tag waits for Rflush.
+    var answered = false
+    /// The profile's slots (busy, parked, fid read) were given back.
+    var settled = false
     /// For Tflush: the request it flushes.
     weak var flushTarget: Pending?
 
@@ -366,7 +370,7 @@ public final class Session: @unchecked Sendable {
     condition.broadcast()
     condition.unlock()
     transport.close()
-    for request in pending where !request.abandoned {
+    for request in pending where !request.abandoned && !request.answered {
       request.completion?(.failure(.sessionClosed(reason: reason)))
     }
     for handler in handlers { handler(reason) }
@@ -551,16 +555,8 @@ public final class Session: @unchecked Sendable {
       condition.unlock()
       return violation
     }
-    // Free the tag and the profile's slots.
-    state.inFlight[tag] = nil
-    state.byID[pending.id] = nil
-    state.freeTags.append(tag)
-    if state.busyTag == tag { state.busyTag = nil }
-    if pending.mayPark {
-      state.parked -= 1
-      state.busyUntil = nil
-    }
-    if let fid = pending.readFid { state.readingFids.remove(fid) }
+    // The profile's slots are free once the server has answered.
+    releaseSlotsLocked(pending, tag: tag)
     if !pending.mayPark, let sentAt = pending.sentAt {
       let sample = sentAt.duration(to: .now)
       let old = state.statistics.roundTrip
@@ -569,36 +565,41 @@ public final class Session: @unchecked Sendable {
     var toComplete: [(Completion, Result<Message, NinePError>)] = []
     var cleanup: Message?
     if case .tflush = pending.message {
-      // Rflush: the flushed request is over; if its reply did not cross, it ends here.
+      freeTagLocked(tag, pending)
+      // Rflush: the flushed request is over, and only now may its tag be used again. If its
+      // reply did not cross the flush, it ends here.
       if let target = pending.flushTarget, let oldTag = target.tag,
         state.inFlight[oldTag] === target
       {
-        state.inFlight[oldTag] = nil
-        state.byID[target.id] = nil
-        state.freeTags.append(oldTag)
-        if state.busyTag == oldTag { state.busyTag = nil }
-        if target.mayPark {
-          state.parked -= 1
-          state.busyUntil = nil
-        }
-        if let fid = target.readFid { state.readingFids.remove(fid) }
-        if !target.abandoned, let completion = target.completion {
+        releaseSlotsLocked(target, tag: oldTag)
+        freeTagLocked(oldTag, target)
+        if !target.answered, !target.abandoned, let completion = target.completion {
           toComplete.append((completion, .failure(.flushed)))
         }
       }
-    } else if pending.abandoned {
-      // The caller gave up; undo what a late walk created.
-      if case .twalk(_, let newfid, let names) = pending.message,
-        case .rwalk(let qids) = message, qids.count == names.count
-      {
-        cleanup = .tclunk(fid: newfid)
-      }
-    } else if let completion = pending.completion {
-      if case .rerror(let ename) = message {
-        toComplete.append(
-          (completion, .failure(.server(ename: ename, errno: ErrorStrings.errno(for: ename)))))
+    } else if pending.answered {
+      // A second reply to a flushed request whose tag waits for Rflush: nothing to do.
+    } else {
+      if pending.flushing {
+        // The reply crossed our Tflush: deliver it, but the tag stays reserved until Rflush.
+        pending.answered = true
       } else {
-        toComplete.append((completion, .success(message)))
+        freeTagLocked(tag, pending)
+      }
+      if pending.abandoned {
+        // The caller gave up; undo what a late walk created.
+        if case .twalk(_, let newfid, let names) = pending.message,
+          case .rwalk(let qids) = message, qids.count == names.count
+        {
+          cleanup = .tclunk(fid: newfid)
+        }
+      } else if let completion = pending.completion {
+        if case .rerror(let ename) = message {
+          toComplete.append(
+            (completion, .failure(.server(ename: ename, errno: ErrorStrings.errno(for: ename)))))
+        } else {
+          toComplete.append((completion, .success(message)))
+        }
       }
     }
     condition.signal()
@@ -610,6 +611,27 @@ public final class Session: @unchecked Sendable {
     }
     for (completion, result) in toComplete { completion(result) }
     return nil
+  }
+
+  /// Gives back the profile's slots a request held (busy channel, parked-read slot, read on
+  /// its fid). Idempotent: a flushed request is settled once, by its reply or its Rflush.
+  private func releaseSlotsLocked(_ pending: Pending, tag: Tag) {
+    guard !pending.settled else { return }
+    pending.settled = true
+    if state.busyTag == tag { state.busyTag = nil }
+    if pending.mayPark {
+      state.parked -= 1
+      state.busyUntil = nil
+    }
+    if let fid = pending.readFid { state.readingFids.remove(fid) }
+  }
+
+  /// Makes a tag reusable and forgets its request.
+  private func freeTagLocked(_ tag: Tag, _ pending: Pending) {
+    guard state.inFlight[tag] === pending else { return }
+    state.inFlight[tag] = nil
+    state.byID[pending.id] = nil
+    state.freeTags.append(tag)
   }
 
   /// Checks that a reply fits its request.

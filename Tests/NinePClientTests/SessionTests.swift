@@ -328,4 +328,60 @@ final class Counter: @unchecked Sendable {
     defer { lock.unlock() }
     return items.count
   }
+  var first: (Tag, Message)? {
+    lock.lock()
+    defer { lock.unlock() }
+    return items.first
+  }
+}
+
+/// 9P's flush rule: a tag whose request was flushed is reusable only after Rflush, even when
+/// the reply crossed the flush.
+final class FlushTagReuseTests: XCTestCase {
+  func testTagOfAFlushedRequestWaitsForRflush() throws {
+    let (client, server) = MemoryTransport.pair()
+    let held = Counter()
+    let peer = ScriptedServer(transport: server) { server, tag, message in
+      switch message {
+      case .tflush(let oldtag):
+        // The reply crosses the flush; Rflush comes later, after the test sent more.
+        server.reply(oldtag, .rread(data: Array("late".utf8)))
+        _ = held.add((tag, message))
+      case .tstat:
+        server.reply(
+          tag, .rstat(stat: Stat(qid: Qid(path: 1), mode: FileMode(permissions: 0o444), name: "x")))
+      default:
+        break
+      }
+    }
+    var configuration = SessionConfiguration(profile: .multiplex, uname: "u")
+    configuration.maxTags = 2
+    let session = try Session.connect(transport: client, configuration: configuration)
+    defer { session.close() }
+    let read = expectation(description: "read answered with the crossing reply")
+    let handle = session.read(1, offset: 0, count: 10, mayPark: true) { result in
+      XCTAssertEqual(try? result.get(), Array("late".utf8))
+      read.fulfill()
+    }
+    _ = waitUntil(timeout: 5) { peer.requests.contains { $0.message.type == .tread } }
+    session.cancel(handle)
+    wait(for: [read], timeout: 5)
+    _ = waitUntil(timeout: 5) { held.count == 1 }
+    // Two tags: the read's (reserved until Rflush) and the flush's (in flight). A stat must
+    // wait for a tag, and must not reuse the read's.
+    let stat = expectation(description: "stat after Rflush")
+    session.stat(0) { result in
+      XCTAssertEqual((try? result.get())?.name, "x")
+      stat.fulfill()
+    }
+    Thread.sleep(forTimeInterval: 0.1)
+    let readTag = peer.requests.first { $0.message.type == .tread }?.tag
+    XCTAssertFalse(peer.requests.contains { $0.message.type == .tstat }, "stat sent before Rflush")
+    guard let flushTag = held.first?.0 else { return XCTFail("no Tflush") }
+    peer.reply(flushTag, .rflush)
+    wait(for: [stat], timeout: 5)
+    let statTag = peer.requests.first { $0.message.type == .tstat }?.tag
+    XCTAssertNotNil(statTag)
+    XCTAssertNotNil(readTag)
+  }
 }
