@@ -12,16 +12,48 @@ public enum Placement: Sendable {
   case stream
 }
 
+/// Whether the pool can reach its server.
+public enum LinkState: Sendable, Equatable {
+  case up
+  /// Lost, reconnecting with backoff; `reason` says what happened.
+  case down(reason: String)
+  /// Closed by the owner (unmounting).
+  case closed
+}
+
+/// How the pool notices a dead link and how it comes back.
+public struct ReconnectPolicy: Sendable {
+  /// Re-dial after the link is lost.
+  public var enabled = true
+  /// First wait before re-dialling; doubles (with jitter) up to ``maximumBackoff``.
+  public var initialBackoff: Duration = .milliseconds(100)
+  public var maximumBackoff: Duration = .seconds(30)
+  /// A cheap request (Tstat of the attach point, never Tversion) on an idle link this often;
+  /// nil turns keepalives off.
+  public var keepaliveInterval: Duration? = .seconds(15)
+  /// Keepalives in a row that may go unanswered before the link counts as dead.
+  public var keepaliveMisses = 2
+
+  public init() {}
+}
+
 /// Several sessions to one server, each its own connection (or L2CAP channel) with its own
-/// version and attach.
+/// version and attach, re-established when the link drops.
 ///
 /// A device serves one request at a time per channel and parks at most 4 reads per session,
 /// so room feeds go to extra sessions and `ls`, `cat` and posting never wait behind them.
 /// Against a multiplexing server one extra session is plenty, but the rule is the same.
+///
+/// When the primary session dies (transport error, EOF, protocol violation, missed
+/// keepalives) the pool re-dials with backoff and jitter; callers asking for a session while
+/// the link is down wait (up to their deadline) instead of failing at once. Fids belong to
+/// sessions: owners re-walk what they need on the new session (``generation`` tells them it
+/// changed).
 public final class Pool: @unchecked Sendable {
   public let address: TransportAddress
   public let configuration: SessionConfiguration
   public let dialOptions: DialOptions
+  public let policy: ReconnectPolicy
   /// Most sessions this pool opens, primary included.
   public let maxSessions: Int
   let logger: Logger
@@ -29,34 +61,75 @@ public final class Pool: @unchecked Sendable {
   private let lock = NSLock()
   private var primarySession: Session?
   private var streamSessions: [Session] = []
-  private var dialing = false
-  private var waiting: [@Sendable (Result<Session, NinePError>) -> Void] = []
-  private var closed = false
+  private var dialingStream = false
+  private var streamWaiters: [@Sendable (Result<Session, NinePError>) -> Void] = []
+  private var upWaiters: [UInt64: @Sendable (Result<Session, NinePError>) -> Void] = [:]
+  private var nextWaiterID: UInt64 = 1
+  private var link: LinkState = .down(reason: "not started")
+  private var linkSince = Date()
+  private var reconnects = 0
+  private var sessionGeneration: UInt64 = 0
+  private var observers: [@Sendable (LinkState) -> Void] = []
+  private var keepaliveThread: Thread?
 
   public init(
     address: TransportAddress, configuration: SessionConfiguration, maxSessions: Int,
-    dialOptions: DialOptions = DialOptions(), logger: Logger = Logger(label: "mount9bbs.client")
+    dialOptions: DialOptions = DialOptions(), policy: ReconnectPolicy = ReconnectPolicy(),
+    logger: Logger = Logger(label: "mount9bbs.client")
   ) {
     self.address = address
     self.configuration = configuration
     self.maxSessions = max(1, maxSessions)
     self.dialOptions = dialOptions
+    self.policy = policy
     self.logger = logger
   }
 
-  /// Connects the primary session, blocking the calling thread.
+  // MARK: - Life cycle
+
+  /// Connects the primary session, blocking the calling thread. A failure here is reported,
+  /// not retried: the user should hear at once that the address is wrong.
   public func start() throws(NinePError) {
     let session = try dialSession()
     lock.lock()
-    primarySession = session
+    install(primary: session)
     lock.unlock()
+    notify(.up)
+    startKeepalive()
   }
 
-  /// The session for ordinary requests. Valid after ``start()``.
+  /// Closes every session and stops reconnecting.
+  public func close() {
+    lock.lock()
+    link = .closed
+    let all = (primarySession.map { [$0] } ?? []) + streamSessions
+    primarySession = nil
+    streamSessions.removeAll()
+    let waiters = Array(upWaiters.values) + streamWaiters
+    upWaiters.removeAll()
+    streamWaiters.removeAll()
+    lock.unlock()
+    for session in all { session.close(reason: "unmounting") }
+    for waiter in waiters { waiter(.failure(.sessionClosed(reason: "unmounting"))) }
+    notify(.closed)
+  }
+
+  // MARK: - State
+
+  /// The session for ordinary requests while the link is up; nil while it is down.
+  public var current: Session? {
+    lock.lock()
+    defer { lock.unlock() }
+    return primarySession
+  }
+
+  /// The session for ordinary requests. Valid after ``start()`` while the link is up.
   public var primary: Session {
     lock.lock()
     defer { lock.unlock() }
-    guard let primarySession else { preconditionFailure("Pool.start() was not called") }
+    guard let primarySession else {
+      preconditionFailure("Pool.primary used while the link is down")
+    }
     return primarySession
   }
 
@@ -67,15 +140,86 @@ public final class Pool: @unchecked Sendable {
     return (primarySession.map { [$0] } ?? []) + streamSessions
   }
 
+  public var linkState: LinkState {
+    lock.lock()
+    defer { lock.unlock() }
+    return link
+  }
+
+  /// When the link last changed state.
+  public var linkStateSince: Date {
+    lock.lock()
+    defer { lock.unlock() }
+    return linkSince
+  }
+
+  /// How many times the link came back after a loss.
+  public var reconnectCount: Int {
+    lock.lock()
+    defer { lock.unlock() }
+    return reconnects
+  }
+
+  /// Changes whenever the primary session is replaced: fids of an older generation are gone.
+  public var generation: UInt64 {
+    lock.lock()
+    defer { lock.unlock() }
+    return sessionGeneration
+  }
+
+  /// Calls `observer` on every link state change (on the thread that caused it).
+  public func observe(_ observer: @escaping @Sendable (LinkState) -> Void) {
+    lock.lock()
+    observers.append(observer)
+    lock.unlock()
+  }
+
+  // MARK: - Getting a session
+
+  /// The primary session now, or as soon as the link is back; fails after `timeout`.
+  public func primary(
+    within timeout: Duration?,
+    _ completion: @escaping @Sendable (Result<Session, NinePError>) -> Void
+  ) {
+    lock.lock()
+    if let primarySession {
+      lock.unlock()
+      return completion(.success(primarySession))
+    }
+    if case .closed = link {
+      lock.unlock()
+      return completion(.failure(.sessionClosed(reason: "unmounting")))
+    }
+    let id = nextWaiterID
+    nextWaiterID += 1
+    upWaiters[id] = completion
+    let reason: String = if case .down(let why) = link { why } else { "link down" }
+    lock.unlock()
+    guard let timeout else { return }
+    DispatchQueue.global().asyncAfter(deadline: .now() + timeout.timeInterval) { [self] in
+      lock.lock()
+      let waiter = upWaiters.removeValue(forKey: id)
+      lock.unlock()
+      waiter?(.failure(.sessionClosed(reason: "link down (\(reason))")))
+    }
+  }
+
   /// Picks a session for a request of the given kind; dials a new one (off the caller's
   /// thread) when every stream session's parked-read slots are taken and the pool may grow.
+  /// While the link is down, waits for it to come back (streams wait without a deadline).
   public func session(
     for placement: Placement, completion: @escaping @Sendable (Result<Session, NinePError>) -> Void
   ) {
     lock.lock()
-    guard !closed, let primarySession else {
+    guard let primarySession else {
       lock.unlock()
-      return completion(.failure(.sessionClosed(reason: "the pool is closed")))
+      return primary(within: placement == .ordinary ? configuration.requestTimeout : nil) {
+        [self] result in
+        switch result {
+        case .success: session(for: placement, completion: completion)
+        case .failure(let error): completion(.failure(error))
+        }
+      }
     }
     if placement == .ordinary || maxSessions == 1 {
       lock.unlock()
@@ -94,43 +238,166 @@ public final class Pool: @unchecked Sendable {
       lock.unlock()
       return completion(.success(primarySession))
     }
-    waiting.append(completion)
-    if dialing {
+    streamWaiters.append(completion)
+    if dialingStream {
       lock.unlock()
       return
     }
-    dialing = true
+    dialingStream = true
     lock.unlock()
     Thread.detachNewThread { [self] in
       let result = Result { () throws(NinePError) -> Session in try dialSession() }
       lock.lock()
-      dialing = false
-      let callers = waiting
-      waiting.removeAll()
+      dialingStream = false
+      let callers = streamWaiters
+      streamWaiters.removeAll()
       var answer = result
-      if case .success(let session) = result {
-        if closed {
+      switch result {
+      case .success(let session):
+        if case .closed = link {
           session.close(reason: "pool closed")
           answer = .failure(.sessionClosed(reason: "the pool is closed"))
         } else {
           streamSessions.append(session)
         }
-      } else if let fallback = self.primarySession {
-        logger.warning("could not open another session (\(result)); sharing the primary")
-        answer = .success(fallback)
+      case .failure:
+        if let fallback = self.primarySession {
+          logger.warning("could not open another session (\(result)); sharing the primary")
+          answer = .success(fallback)
+        }
       }
       lock.unlock()
       for caller in callers { caller(answer) }
     }
   }
 
-  /// Closes every session.
-  public func close() {
+  // MARK: - Losing and regaining the link
+
+  /// Makes `session` the primary and watches it. Called with the lock held.
+  private func install(primary session: Session) {
+    primarySession = session
+    sessionGeneration += 1
+    link = .up
+    linkSince = Date()
+    session.onClose { [weak self, weak session] reason in
+      guard let self, let session else { return }
+      self.lost(session, reason: reason)
+    }
+  }
+
+  private func lost(_ session: Session, reason: String) {
     lock.lock()
-    closed = true
-    let all = (primarySession.map { [$0] } ?? []) + streamSessions
+    guard primarySession === session, case .up = link else {
+      lock.unlock()
+      return
+    }
+    primarySession = nil
+    link = .down(reason: reason)
+    linkSince = Date()
+    // A lost primary almost always means a lost link (a board out of radio range, a server
+    // restart): the stream sessions go with it and are re-placed by their owners.
+    let streams = streamSessions
+    streamSessions.removeAll()
     lock.unlock()
-    for session in all { session.close(reason: "unmounting") }
+    logger.warning("link to \(address) lost: \(reason); reconnecting")
+    for stream in streams { stream.close(reason: "link lost: \(reason)") }
+    notify(.down(reason: reason))
+    guard policy.enabled else { return }
+    reconnect(attempt: 0)
+  }
+
+  private func reconnect(attempt: Int) {
+    let delay = backoff(attempt: attempt)
+    DispatchQueue.global().asyncAfter(deadline: .now() + delay.timeInterval) { [self] in
+      lock.lock()
+      guard case .down = link else {
+        lock.unlock()
+        return
+      }
+      lock.unlock()
+      let result = Result { () throws(NinePError) -> Session in try dialSession() }
+      switch result {
+      case .failure(let error):
+        logger.info("reconnect attempt \(attempt + 1) to \(address) failed: \(error)")
+        reconnect(attempt: attempt + 1)
+      case .success(let session):
+        lock.lock()
+        guard case .down = link else {
+          lock.unlock()
+          session.close(reason: "pool closed")
+          return
+        }
+        reconnects += 1
+        install(primary: session)
+        let waiters = upWaiters.values
+        upWaiters.removeAll()
+        lock.unlock()
+        logger.notice("link to \(address) is back (reconnect \(reconnects))")
+        notify(.up)
+        for waiter in waiters { waiter(.success(session)) }
+      }
+    }
+  }
+
+  /// Exponential backoff with ±25% jitter, so many clients do not hammer a server together.
+  func backoff(attempt: Int) -> Duration {
+    let base = policy.initialBackoff.timeInterval * pow(2, Double(min(attempt, 20)))
+    let capped = min(base, policy.maximumBackoff.timeInterval)
+    return .milliseconds(Int(capped * Double.random(in: 0.75...1.25) * 1000))
+  }
+
+  private func notify(_ state: LinkState) {
+    lock.lock()
+    let all = observers
+    lock.unlock()
+    for observer in all { observer(state) }
+  }
+
+  // MARK: - Keepalive
+
+  private func startKeepalive() {
+    guard let interval = policy.keepaliveInterval, keepaliveThread == nil else { return }
+    let thread = Thread { [weak self] in
+      var misses = 0
+      var lastReceived: UInt64 = 0
+      while true {
+        Thread.sleep(forTimeInterval: interval.timeInterval)
+        guard let self else { return }
+        if case .closed = self.linkState { return }
+        guard let session = self.current else {
+          misses = 0
+          continue
+        }
+        // Traffic came back since the last look: the link is alive, no probe needed.
+        let received = session.statistics.messagesReceived
+        if received != lastReceived {
+          lastReceived = received
+          misses = 0
+          continue
+        }
+        let box = ResultBox()
+        session.send(
+          .tstat(fid: session.rootFid), options: RequestOptions(timeout: .some(interval))
+        ) { box.set($0) }
+        switch box.wait() {
+        case .success, .failure(.server):
+          misses = 0
+          lastReceived = session.statistics.messagesReceived
+        case .failure(.timedOut):
+          misses += 1
+          self.logger.warning("keepalive: no answer from \(self.address) (\(misses) in a row)")
+          if misses >= self.policy.keepaliveMisses {
+            misses = 0
+            session.close(reason: "no answer to \(self.policy.keepaliveMisses) keepalives")
+          }
+        case .failure:
+          misses = 0
+        }
+      }
+    }
+    thread.name = "9p-keepalive"
+    keepaliveThread = thread
+    thread.start()
   }
 
   private func dialSession() throws(NinePError) -> Session {
@@ -141,5 +408,12 @@ public final class Pool: @unchecked Sendable {
       throw .transport(error)
     }
     return try Session.connect(transport: transport, configuration: configuration, logger: logger)
+  }
+}
+
+extension Duration {
+  /// Seconds as a `Double`, for Dispatch and Foundation.
+  public var timeInterval: Double {
+    Double(components.seconds) + Double(components.attoseconds) / 1e18
   }
 }

@@ -1,3 +1,4 @@
+import Foundation
 import Glibc
 import XCTest
 
@@ -238,5 +239,26 @@ struct SplitMix64: RandomNumberGenerator {
     z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
     z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
     return z ^ (z >> 31)
+  }
+}
+
+/// The fuzzer's seed corpus (fuzz/corpus/decode) must be valid input, or fuzzing starts from
+/// noise.
+final class FuzzCorpusTests: XCTestCase {
+  func testSeedCorpusDecodes() throws {
+    let directory = URL(fileURLWithPath: #filePath)
+      .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+      .appendingPathComponent("fuzz/corpus/decode")
+    let names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+    XCTAssertGreaterThanOrEqual(names.count, 28)
+    for name in names {
+      let bytes = Array(try Data(contentsOf: directory.appendingPathComponent(name)))
+      if name == "directory" {
+        XCTAssertEqual(try Stat.decodeDirectory(bytes).map(\.name), ["lobby", "post", "users"])
+      } else {
+        let decoded = try Message.decode(bytes, limits: .unbounded)
+        XCTAssertEqual(decoded.message.type.description.lowercased(), name)
+      }
+    }
   }
 }
