@@ -1,0 +1,168 @@
+import Foundation
+
+/// Chat posts waiting for the link, on disk, in order.
+///
+/// A post written while the link is down (or lost on the way when the link dies) is kept
+/// here before `write()` returns, so it survives the daemon: one file per post, 0600 in a 0700
+/// directory under `$XDG_STATE_HOME/mount9bbs/outbox/<bbs>/`, written to a temporary name,
+/// fsynced, renamed into place and the directory fsynced. The next mount of the same BBS
+/// (same address and user name) sends what is left. A post that was on the wire when the
+/// link died is sent again: delivery is at least once, never silently dropped.
+final class Outbox: @unchecked Sendable {
+  struct Entry: Equatable {
+    let sequence: UInt64
+    /// The chat directory whose `post` file takes it (`["chat"]`, `["srv", "bbs", "chat"]`).
+    let chatDirectory: [String]
+    /// `room:text`, one Twrite.
+    let payload: [UInt8]
+  }
+
+  struct Failure: Error, CustomStringConvertible {
+    let description: String
+  }
+
+  let directory: String
+  private let lock = NSLock()
+  private var entries: [Entry] = []
+  private var nextSequence: UInt64 = 1
+
+  /// Opens (creating it 0700 if needed) the outbox of one BBS and loads what is left in it.
+  init(directory: String) throws(Failure) {
+    self.directory = directory
+    let manager = FileManager.default
+    do {
+      try manager.createDirectory(
+        atPath: directory, withIntermediateDirectories: true,
+        attributes: [.posixPermissions: 0o700])
+      _ = chmod(directory, 0o700)
+      for name in try manager.contentsOfDirectory(atPath: directory) {
+        if name.hasSuffix(".tmp") {
+          // A post whose write never completed was never acknowledged: drop the fragment.
+          try? manager.removeItem(atPath: directory + "/" + name)
+          continue
+        }
+        guard name.hasSuffix(".post"), let sequence = UInt64(name.dropLast(5)),
+          let data = manager.contents(atPath: directory + "/" + name),
+          let newline = data.firstIndex(of: UInt8(ascii: "\n"))
+        else { continue }
+        let path = String(decoding: data[..<newline], as: UTF8.self)
+        entries.append(
+          Entry(
+            sequence: sequence, chatDirectory: path.split(separator: "/").map(String.init),
+            payload: Array(data[(newline + 1)...])))
+      }
+    } catch {
+      throw Failure(description: "cannot use the outbox \(directory): \(error)")
+    }
+    entries.sort { $0.sequence < $1.sequence }
+    nextSequence = (entries.last?.sequence ?? 0) + 1
+  }
+
+  /// The outbox directory for a BBS: `$XDG_STATE_HOME/mount9bbs/outbox/<key>`.
+  static func directory(forKey key: String) -> String {
+    let environment = ProcessInfo.processInfo.environment
+    let state =
+      environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+      ?? (NSHomeDirectory() + "/.local/state")
+    let safe = key.unicodeScalars.map {
+      CharacterSet.alphanumerics.contains($0) || "-._@".unicodeScalars.contains($0)
+        ? String($0) : "_"
+    }.joined()
+    return state + "/mount9bbs/outbox/" + safe
+  }
+
+  var count: Int {
+    lock.lock()
+    defer { lock.unlock() }
+    return entries.count
+  }
+
+  var isEmpty: Bool { count == 0 }
+
+  /// The oldest post.
+  var first: Entry? {
+    lock.lock()
+    defer { lock.unlock() }
+    return entries.first
+  }
+
+  /// Stores posts durably, in order. Returns once they are on disk.
+  func append(_ payloads: [[UInt8]], chatDirectory: [String]) throws(Failure) {
+    for payload in payloads {
+      lock.lock()
+      let sequence = nextSequence
+      nextSequence += 1
+      lock.unlock()
+      let entry = Entry(sequence: sequence, chatDirectory: chatDirectory, payload: payload)
+      try store(entry)
+      lock.lock()
+      entries.append(entry)
+      lock.unlock()
+    }
+  }
+
+  /// Forgets a post the server acknowledged.
+  func remove(_ entry: Entry) {
+    lock.lock()
+    entries.removeAll { $0.sequence == entry.sequence }
+    lock.unlock()
+    unlink(path(of: entry))
+  }
+
+  /// Moves a post the server refused (e.g. its room is gone) aside, so it neither blocks the
+  /// queue nor vanishes.
+  func reject(_ entry: Entry) {
+    lock.lock()
+    entries.removeAll { $0.sequence == entry.sequence }
+    lock.unlock()
+    let rejected = directory + "/rejected"
+    try? FileManager.default.createDirectory(
+      atPath: rejected, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    rename(path(of: entry), rejected + "/" + name(of: entry))
+  }
+
+  private func name(of entry: Entry) -> String {
+    let digits = String(entry.sequence)
+    return String(repeating: "0", count: max(0, 16 - digits.count)) + digits + ".post"
+  }
+
+  private func path(of entry: Entry) -> String { directory + "/" + name(of: entry) }
+
+  private func store(_ entry: Entry) throws(Failure) {
+    let final = path(of: entry)
+    let temporary = final + ".tmp"
+    let header = Array(("/" + entry.chatDirectory.joined(separator: "/") + "\n").utf8)
+    let bytes = header + entry.payload
+    let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { throw failure("create", temporary) }
+    var written = 0
+    while written < bytes.count {
+      let count = bytes[written...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+      if count < 0 && errno == EINTR { continue }
+      guard count > 0 else {
+        let error = failure("write", temporary)
+        close(fd)
+        unlink(temporary)
+        throw error
+      }
+      written += count
+    }
+    guard fsync(fd) == 0 else {
+      let error = failure("fsync", temporary)
+      close(fd)
+      unlink(temporary)
+      throw error
+    }
+    close(fd)
+    guard rename(temporary, final) == 0 else { throw failure("rename", final) }
+    let directoryFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    if directoryFD >= 0 {
+      fsync(directoryFD)
+      close(directoryFD)
+    }
+  }
+
+  private func failure(_ operation: String, _ path: String) -> Failure {
+    Failure(description: "outbox \(operation) \(path): \(String(cString: strerror(errno)))")
+  }
+}
