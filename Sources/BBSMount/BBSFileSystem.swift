@@ -36,18 +36,43 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   private var notifier: FuseNotifier?
   private let started = Date()
 
-  public init(pool: Pool, options: MountOptions, logger: Logger = Logger(label: "mount9bbs.mount"))
-  {
+  /// - Parameter outboxDirectory: where posts wait while the link is down (see ``Outbox``);
+  ///   nil makes offline posts fail at once.
+  public init(
+    pool: Pool, options: MountOptions, outboxDirectory: String? = nil,
+    logger: Logger = Logger(label: "mount9bbs.mount")
+  ) throws(MountSetupError) {
     self.pool = pool
     self.options = options
     self.logger = logger
     classifier = PathClassifier(streamGlobs: options.streamGlobs)
-    let primary: @Sendable () -> Session? = { [pool] in pool.sessions.first }
-    listings = ListingCache(lifetime: options.listingLifetime, session: primary)
-    posts = PostChannel(session: primary)
+    let sessions: SessionProvider = { [pool] in pool.session(for: .ordinary, completion: $0) }
+    listings = ListingCache(
+      lifetime: options.listingLifetime, sessions: sessions,
+      linkIsUp: { [pool] in pool.linkState == .up })
+    var outbox: Outbox?
+    if let outboxDirectory {
+      do {
+        outbox = try Outbox(directory: outboxDirectory)
+      } catch {
+        throw MountSetupError(description: error.description)
+      }
+    }
+    let posts = PostChannel(
+      sessions: sessions, outbox: outbox, linkIsUp: { [pool] in pool.linkState == .up },
+      logger: logger)
+    self.posts = posts
+    pool.observe { state in
+      if state == .up { posts.drain() }
+    }
+    if let outbox, !outbox.isEmpty {
+      logger.notice("\(outbox.count) post(s) left in the outbox from before; sending them")
+    }
+    posts.drain()
   }
 
-  var session: Session? { pool.sessions.first }
+  /// Posts waiting in the outbox, or nil without one.
+  var outboxCount: Int? { posts.outbox?.count }
 
   // MARK: - Set-up
 
@@ -121,6 +146,9 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       switch result {
       case .success(let fresh):
         request.replyAttr(attributes(for: fresh), timeout: timeout(for: fresh))
+      case .failure(let error) where error.isLinkFailure:
+        // Link down: what the mount knows beats an error.
+        request.replyAttr(attributes(for: node), timeout: timeout(for: node))
       case .failure(let error): reply(request, error.errno)
       }
     }
@@ -421,7 +449,10 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
           info.directIO = length == 0
           info.keepCache = false
           info.handle = store(
-            .file(FileHandle(session: session, fid: fid, iounit: result.iounit, inode: node.inode)))
+            .file(
+              FileHandle(
+                path: node.path, mode: openMode, session: session, fid: fid,
+                iounit: result.iounit, inode: node.inode)))
           if openMode.allowsWriting { inodes.invalidate(node.inode) }
           request.replyOpen(info)
         }
@@ -470,7 +501,10 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
           let node = inodes.record(path: path, kind: .file, stat: stat)
           var info = createInfo
           info.handle = store(
-            .file(FileHandle(session: session, fid: fid, iounit: opened.iounit, inode: node.inode)))
+            .file(
+              FileHandle(
+                path: path, mode: createMode, session: session, fid: fid,
+                iounit: opened.iounit, inode: node.inode)))
           info.directIO = true
           request.replyCreate(entry(for: node), info)
         }
@@ -500,15 +534,12 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   }
 
   private func readFile(_ request: FuseRequest, _ opened: FileHandle, size: Int, offset: UInt64) {
-    var count = min(UInt32(clamping: size), opened.session.maxReadCount)
-    if opened.iounit > 0 { count = min(count, opened.iounit) }
     let requestHandle = HandleBox()
     let pending = PendingReply(request) { _ in
-      if let handle = requestHandle.handle { opened.session.cancel(handle) }
+      if let handle = requestHandle.handle { opened.current.session.cancel(handle) }
     }
     guard !pending.isAnswered else { return }
-    readChunks(opened, offset: offset, wanted: size, chunk: count, into: [], box: requestHandle) {
-      result in
+    readFile(opened, size: size, offset: offset, box: requestHandle, retried: false) { result in
       guard let request = pending.take() else { return }
       switch result {
       case .success(let data): request.replyData(data)
@@ -517,13 +548,39 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     }
   }
 
+  /// Reads on a live fid; a read is idempotent, so one that died with the link is tried again
+  /// once on the reconnected session.
+  private func readFile(
+    _ opened: FileHandle, size: Int, offset: UInt64, box: HandleBox, retried: Bool,
+    _ completion: @escaping @Sendable (Result<[UInt8], NinePError>) -> Void
+  ) {
+    opened.live(pool) { [self] live in
+      guard case .success(let (session, fid)) = live else {
+        if case .failure(let error) = live { completion(.failure(error)) }
+        return
+      }
+      var count = min(UInt32(clamping: size), session.maxReadCount)
+      if opened.iounit > 0 { count = min(count, opened.iounit) }
+      readChunks(
+        session, fid, offset: offset, wanted: size, chunk: count, into: [], box: box
+      ) { [self] result in
+        if case .failure(let error) = result, error.isLinkFailure, !retried {
+          return readFile(
+            opened, size: size, offset: offset, box: box, retried: true, completion)
+        }
+        completion(result)
+      }
+    }
+  }
+
   /// Reads until `wanted` bytes or a short read: the kernel asks for more than one message.
   private func readChunks(
-    _ opened: FileHandle, offset: UInt64, wanted: Int, chunk: UInt32, into buffer: [UInt8],
-    box: HandleBox, _ completion: @escaping @Sendable (Result<[UInt8], NinePError>) -> Void
+    _ session: Session, _ fid: Fid, offset: UInt64, wanted: Int, chunk: UInt32,
+    into buffer: [UInt8], box: HandleBox,
+    _ completion: @escaping @Sendable (Result<[UInt8], NinePError>) -> Void
   ) {
     let count = min(chunk, UInt32(clamping: wanted - buffer.count))
-    box.handle = opened.session.read(opened.fid, offset: offset, count: count) { [self] result in
+    box.handle = session.read(fid, offset: offset, count: count) { [self] result in
       switch result {
       case .success(let data):
         let total = buffer + data
@@ -531,8 +588,8 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
           completion(.success(total))
         } else {
           readChunks(
-            opened, offset: offset + UInt64(data.count), wanted: wanted, chunk: chunk, into: total,
-            box: box, completion)
+            session, fid, offset: offset + UInt64(data.count), wanted: wanted, chunk: chunk,
+            into: total, box: box, completion)
         }
       case .failure(let error):
         completion(buffer.isEmpty ? .failure(error) : .success(buffer))
@@ -579,13 +636,19 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     }
     switch open {
     case .file(let opened):
-      opened.session.writeAll(
-        opened.fid, offset: UInt64(max(0, offset)), data: data, iounit: opened.iounit
-      ) { [self] result in
-        inodes.invalidate(opened.inode)
-        switch result {
-        case .success(let count): request.replyWrite(count)
-        case .failure(let error): request.replyError(error.errno)
+      // Writes are not idempotent: one lost with the link fails; the next one reopens.
+      opened.live(pool) { [self] live in
+        guard case .success(let (session, fid)) = live else {
+          if case .failure(let error) = live { request.replyError(error.errno) }
+          return
+        }
+        session.writeAll(fid, offset: UInt64(max(0, offset)), data: data, iounit: opened.iounit) {
+          [self] result in
+          inodes.invalidate(opened.inode)
+          switch result {
+          case .success(let count): request.replyWrite(count)
+          case .failure(let error): request.replyError(error.errno)
+          }
         }
       }
     case .draft(let draft):
@@ -617,7 +680,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     let closing = remove(file.handle)
     switch closing {
     case .file(let opened):
-      opened.session.clunk(opened.fid)
+      opened.close()
     case .room(let room):
       room.feed.release()
       if let poster = room.poster {
@@ -697,7 +760,18 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
 
   private func sendDraft(_ draft: DraftHandle, _ completion: @escaping @Sendable (Int32) -> Void) {
     guard let body = draft.takeUnsent() else { return completion(0) }
-    guard let session else { return completion(ENOTCONN) }
+    pool.session(for: .ordinary) { [self] placed in
+      switch placed {
+      case .failure(let error): completion(error.errno)
+      case .success(let session): sendDraft(draft, body: body, on: session, completion)
+      }
+    }
+  }
+
+  private func sendDraft(
+    _ draft: DraftHandle, body: [UInt8], on session: Session,
+    _ completion: @escaping @Sendable (Int32) -> Void
+  ) {
     let name = String(UInt64(Date().timeIntervalSince1970 * 1000))
     session.walk(draft.roomPath) { [self] walked in
       guard case .success(let result) = walked else {
@@ -734,11 +808,16 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     _ path: [String], _ request: FuseRequest,
     _ body: @escaping @Sendable (Session, Fid) -> Void
   ) {
-    guard let session else { return reply(request, ENOTCONN) }
-    session.walk(path) { [self] walked in
-      switch walked {
-      case .success(let result): body(session, result.fid)
-      case .failure(let error): reply(request, error.errno)
+    pool.session(for: .ordinary) { [self] placed in
+      guard case .success(let session) = placed else {
+        if case .failure(let error) = placed { reply(request, error.errno) }
+        return
+      }
+      session.walk(path) { [self] walked in
+        switch walked {
+        case .success(let result): body(session, result.fid)
+        case .failure(let error): reply(request, error.errno)
+        }
       }
     }
   }
@@ -746,7 +825,18 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   private func statByWalk(
     _ path: [String], _ completion: @escaping @Sendable (Result<Stat, NinePError>) -> Void
   ) {
-    guard let session else { return completion(.failure(.sessionClosed(reason: "not connected"))) }
+    pool.session(for: .ordinary) { placed in
+      switch placed {
+      case .failure(let error): completion(.failure(error))
+      case .success(let session): Self.statByWalk(path, on: session, completion)
+      }
+    }
+  }
+
+  private static func statByWalk(
+    _ path: [String], on session: Session,
+    _ completion: @escaping @Sendable (Result<Stat, NinePError>) -> Void
+  ) {
     session.walk(path) { walked in
       switch walked {
       case .failure(let error):
@@ -887,6 +977,11 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   private func reply(_ request: FuseRequest, _ code: Int32) {
     request.replyError(code)
   }
+}
+
+/// Why the mount could not be set up.
+public struct MountSetupError: Error, CustomStringConvertible {
+  public let description: String
 }
 
 /// Holds a waiter id set after registration, read by an interrupt handler.

@@ -27,16 +27,75 @@ enum OpenHandle {
   }
 }
 
+/// A server file open on a fid. The fid belongs to one session: after a reconnect the
+/// handle walks its path and opens it again on the new session before its next request.
 final class FileHandle: @unchecked Sendable {
-  let session: Session
-  let fid: Fid
-  let iounit: UInt32
+  let path: [String]
+  /// The open mode for reopening (never with OTRUNC: that happened the first time).
+  let mode: OpenMode
   let inode: FuseInode
-  init(session: Session, fid: Fid, iounit: UInt32, inode: FuseInode) {
+  private let lock = NSLock()
+  private var session: Session
+  private var fid: Fid
+  private(set) var iounit: UInt32
+
+  init(path: [String], mode: OpenMode, session: Session, fid: Fid, iounit: UInt32, inode: FuseInode)
+  {
+    self.path = path
+    self.mode = OpenMode(rawValue: mode.rawValue & ~OpenMode.truncateFlag)
     self.session = session
     self.fid = fid
     self.iounit = iounit
     self.inode = inode
+  }
+
+  /// The session and fid as they are now (maybe dead).
+  var current: (session: Session, fid: Fid) {
+    lock.lock()
+    defer { lock.unlock() }
+    return (session, fid)
+  }
+
+  /// A live session and fid: the current ones, or new ones after a reconnect.
+  func live(
+    _ pool: Pool,
+    _ completion: @escaping @Sendable (Result<(session: Session, fid: Fid), NinePError>) -> Void
+  ) {
+    let now = current
+    if now.session.closedReason == nil { return completion(.success(now)) }
+    pool.session(for: .ordinary) { [self] placed in
+      switch placed {
+      case .failure(let error):
+        completion(.failure(error))
+      case .success(let session):
+        session.walk(path) { [self] walked in
+          switch walked {
+          case .failure(let error):
+            completion(.failure(error))
+          case .success(let result):
+            session.open(result.fid, mode: mode) { [self] opened in
+              switch opened {
+              case .failure(let error):
+                session.clunk(result.fid)
+                completion(.failure(error))
+              case .success(let info):
+                lock.lock()
+                self.session = session
+                fid = result.fid
+                iounit = info.iounit
+                lock.unlock()
+                completion(.success((session, result.fid)))
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  func close() {
+    let now = current
+    if now.session.closedReason == nil { now.session.clunk(now.fid) }
   }
 }
 
@@ -150,120 +209,5 @@ final class DraftHandle: @unchecked Sendable {
     lock.lock()
     defer { lock.unlock() }
     return body.count
-  }
-}
-
-/// The mount's one way of posting: a `/chat/post` fid per chat directory, opened once on the
-/// primary session, through which posts go one Twrite each, in order.
-///
-/// One fid for all writers saves a walk and an open per `echo` (two round trips on a radio
-/// link), and sending one post at a time keeps every writer's lines in order.
-final class PostChannel: @unchecked Sendable {
-  private let lock = NSLock()
-  private var fids: [[String]: Fid] = [:]
-  private var queue:
-    [(
-      payloads: [[UInt8]], directory: [String],
-      completion: @Sendable (Result<Void, NinePError>) -> Void
-    )] = []
-  private var busy = false
-  private let session: @Sendable () -> Session?
-
-  init(session: @escaping @Sendable () -> Session?) { self.session = session }
-
-  func send(
-    _ payloads: [[UInt8]], chatDirectory: [String],
-    completion: @escaping @Sendable (Result<Void, NinePError>) -> Void
-  ) {
-    if payloads.isEmpty { return completion(.success(())) }
-    lock.lock()
-    queue.append((payloads, chatDirectory, completion))
-    let start = !busy
-    busy = true
-    lock.unlock()
-    if start { next() }
-  }
-
-  private func next() {
-    lock.lock()
-    guard !queue.isEmpty else {
-      busy = false
-      lock.unlock()
-      return
-    }
-    let job = queue.removeFirst()
-    lock.unlock()
-    post(job.payloads[...], directory: job.directory, retried: false) { [self] result in
-      job.completion(result)
-      next()
-    }
-  }
-
-  private func post(
-    _ payloads: ArraySlice<[UInt8]>, directory: [String], retried: Bool,
-    _ completion: @escaping @Sendable (Result<Void, NinePError>) -> Void
-  ) {
-    guard let payload = payloads.first else { return completion(.success(())) }
-    guard let session = session() else {
-      return completion(.failure(.sessionClosed(reason: "not connected")))
-    }
-    withFid(session, directory) { [self] opened in
-      switch opened {
-      case .failure(let error):
-        completion(.failure(error))
-      case .success(let fid):
-        let chunk = Array(payload.prefix(session.maxWriteCount))
-        session.write(fid, offset: 0, data: chunk) { [self] written in
-          switch written {
-          case .success:
-            post(payloads.dropFirst(), directory: directory, retried: false, completion)
-          case .failure(.server(let ename, let code)):
-            completion(.failure(.server(ename: ename, errno: code)))
-          case .failure(let error):
-            // The fid may have died with its session: open a new one once.
-            forget(directory, fid: fid)
-            if retried { return completion(.failure(error)) }
-            post(payloads, directory: directory, retried: true, completion)
-          }
-        }
-      }
-    }
-  }
-
-  private func forget(_ directory: [String], fid: Fid) {
-    lock.lock()
-    if fids[directory] == fid { fids[directory] = nil }
-    lock.unlock()
-  }
-
-  private func withFid(
-    _ session: Session, _ directory: [String],
-    _ completion: @escaping @Sendable (Result<Fid, NinePError>) -> Void
-  ) {
-    lock.lock()
-    if let fid = fids[directory] {
-      lock.unlock()
-      return completion(.success(fid))
-    }
-    lock.unlock()
-    session.walk(directory + ["post"]) { [self] walked in
-      switch walked {
-      case .failure(let error):
-        completion(.failure(error))
-      case .success(let result):
-        session.open(result.fid, mode: .write) { [self] opened in
-          switch opened {
-          case .failure(let error):
-            session.clunk(result.fid)
-            completion(.failure(error))
-          case .success:
-            lock.lock()
-            fids[directory] = result.fid
-            lock.unlock()
-            completion(.success(result.fid))
-          }
-        }
-      }
-    }
   }
 }

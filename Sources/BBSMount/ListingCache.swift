@@ -2,6 +2,22 @@ import Foundation
 import NinePClient
 import NinePProtocol
 
+/// Hands over a live session, waiting for the link when it is down.
+typealias SessionProvider =
+  @Sendable (
+    @escaping @Sendable (Result<Session, NinePError>) -> Void
+  ) -> Void
+
+extension NinePError {
+  /// The link failed, not the request: the server may well answer later.
+  var isLinkFailure: Bool {
+    switch self {
+    case .sessionClosed, .transport, .timedOut: true
+    default: false
+    }
+  }
+}
+
 /// Directory listings by path, kept for a short time and fetched once for many callers.
 ///
 /// Lookups are answered from the parent's listing rather than a walk and Tstat: the listing is
@@ -14,18 +30,26 @@ final class ListingCache: @unchecked Sendable {
   private let lock = NSLock()
   private var entries: [[String]: (stats: [Stat], fetched: ContinuousClock.Instant)] = [:]
   private var fetching: [[String]: [Callback]] = [:]
-  private let session: @Sendable () -> Session?
+  private let sessions: SessionProvider
+  private let linkIsUp: @Sendable () -> Bool
   let lifetime: Duration
 
-  init(lifetime: Duration, session: @escaping @Sendable () -> Session?) {
+  init(
+    lifetime: Duration, sessions: @escaping SessionProvider,
+    linkIsUp: @escaping @Sendable () -> Bool = { true }
+  ) {
     self.lifetime = lifetime
-    self.session = session
+    self.sessions = sessions
+    self.linkIsUp = linkIsUp
   }
 
   /// The listing of `path`, from the cache while fresh.
   func listing(_ path: [String], maxAge: Duration? = nil, _ callback: @escaping Callback) {
     lock.lock()
-    if let cached = entries[path], cached.fetched.duration(to: .now) < (maxAge ?? lifetime) {
+    if let cached = entries[path],
+      cached.fetched.duration(to: .now) < (maxAge ?? lifetime) || !linkIsUp()
+    {
+      // Fresh, or the link is down and what the mount last saw is the best answer there is.
       lock.unlock()
       return callback(.success(cached.stats))
     }
@@ -47,9 +71,15 @@ final class ListingCache: @unchecked Sendable {
   }
 
   private func fetch(_ path: [String]) {
-    guard let session = session() else {
-      return finish(path, .failure(.sessionClosed(reason: "not connected")))
+    sessions { [self] placed in
+      switch placed {
+      case .failure(let error): finish(path, .failure(error))
+      case .success(let session): fetch(path, on: session)
+      }
     }
+  }
+
+  private func fetch(_ path: [String], on session: Session) {
     session.walk(path) { [self] walked in
       guard case .success(let result) = walked else {
         if case .failure(let error) = walked { finish(path, .failure(error)) }
@@ -75,7 +105,16 @@ final class ListingCache: @unchecked Sendable {
 
   private func finish(_ path: [String], _ result: Result<[Stat], NinePError>) {
     lock.lock()
-    if case .success(let stats) = result { entries[path] = (stats, .now) }
+    var result = result
+    switch result {
+    case .success(let stats):
+      entries[path] = (stats, .now)
+    case .failure(let error) where error.isLinkFailure:
+      // While the link is down, what the mount last saw beats an error.
+      if let stale = entries[path] { result = .success(stale.stats) }
+    case .failure:
+      break
+    }
     let callbacks = fetching.removeValue(forKey: path) ?? []
     lock.unlock()
     for callback in callbacks { callback(result) }

@@ -8,7 +8,7 @@ import Foundation
 /// fsynced, renamed into place and the directory fsynced. The next mount of the same BBS
 /// (same address and user name) sends what is left. A post that was on the wire when the
 /// link died is sent again: delivery is at least once, never silently dropped.
-final class Outbox: @unchecked Sendable {
+public final class Outbox: @unchecked Sendable {
   struct Entry: Equatable {
     let sequence: UInt64
     /// The chat directory whose `post` file takes it (`["chat"]`, `["srv", "bbs", "chat"]`).
@@ -59,7 +59,7 @@ final class Outbox: @unchecked Sendable {
   }
 
   /// The outbox directory for a BBS: `$XDG_STATE_HOME/mount9bbs/outbox/<key>`.
-  static func directory(forKey key: String) -> String {
+  public static func directory(forKey key: String) -> String {
     let environment = ProcessInfo.processInfo.environment
     let state =
       environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 }

@@ -30,6 +30,8 @@ final class RoomFeed: @unchecked Sendable {
   private var readToken: UInt64 = 0
   private var backoff: Duration = .zero
   private var lastError: NinePError?
+  /// Set for a while after a reconnect, to drop lines the transcript already has.
+  private var dedupe: ReplayFilter?
   /// Called (outside the lock) whenever the transcript grows: poll wake-ups.
   var onGrowth: (@Sendable () -> Void)?
 
@@ -188,6 +190,11 @@ final class RoomFeed: @unchecked Sendable {
               return
             }
             active = (session, result.fid)
+            if transcript.length > 0 {
+              // Reading again after a loss: the server may replay lines we have (a restarted
+              // server's backlog, a post the outbox sent twice). Remember what we have.
+              dedupe = ReplayFilter(lines: transcript.lastLines(ReplayFilter.window))
+            }
             lock.unlock()
             logger.debug(
               "room feed \(room) reading on session \(ObjectIdentifier(session).hashValue)")
@@ -246,6 +253,18 @@ final class RoomFeed: @unchecked Sendable {
       return
     }
     inFlight = nil
+    var data = data
+    if let filter = dedupe {
+      if filter.isExpired {
+        dedupe = nil
+      } else {
+        let kept = filter.filter(data)
+        if kept.count != data.count {
+          logger.info("room feed \(room): dropped \(data.count - kept.count) replayed bytes")
+        }
+        data = kept
+      }
+    }
     transcript.append(data)
     primed = true
     lastError = nil
@@ -294,5 +313,49 @@ final class RoomFeed: @unchecked Sendable {
 extension Duration {
   var seconds: Double {
     Double(components.seconds) + Double(components.attoseconds) / 1e18
+  }
+}
+
+/// Drops lines a reconnected room replays: those whose text (the line without its
+/// `[HH:MM:SS] ` stamp, which a restarted board recomputes) the transcript already had.
+///
+/// It is active for a short window after the reconnect, long enough for the backlog and for
+/// posts the outbox sends again; a genuinely repeated line by the same author inside that
+/// window is dropped too, the price of never showing a line twice.
+struct ReplayFilter {
+  static let window = 2000
+  static let lifetime: Duration = .seconds(15)
+  private let known: Set<[UInt8]>
+  private let until: ContinuousClock.Instant
+
+  init(lines: [ArraySlice<UInt8>]) {
+    known = Set(lines.map { Self.body(of: $0) })
+    until = .now + Self.lifetime
+  }
+
+  var isExpired: Bool { ContinuousClock.now >= until }
+
+  func filter(_ data: [UInt8]) -> [UInt8] {
+    var kept: [UInt8] = []
+    var start = data.startIndex
+    while start < data.endIndex {
+      let end = data[start...].firstIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? data.endIndex
+      let line = data[start..<end]
+      if !known.contains(Self.body(of: line)) { kept += line }
+      start = end
+    }
+    return kept
+  }
+
+  /// The line without a leading `[…] ` stamp and without its newline.
+  static func body(of line: ArraySlice<UInt8>) -> [UInt8] {
+    var line = line
+    if line.last == UInt8(ascii: "\n") { line = line.dropLast() }
+    if line.first == UInt8(ascii: "["), let close = line.firstIndex(of: UInt8(ascii: "]")),
+      line.index(after: close) < line.endIndex, line[line.index(after: close)] == UInt8(ascii: " ")
+    {
+      return Array(line[line.index(close, offsetBy: 2)...])
+    }
+    return Array(line)
   }
 }

@@ -58,9 +58,12 @@ struct MountDaemon {
     let configuration = SessionConfiguration(
       profile: profile, uname: options.uname, aname: options.aname, requestedMsize: options.msize,
       requestTimeout: options.timeout)
+    var policy = ReconnectPolicy()
+    policy.enabled = options.reconnect
+    policy.keepaliveInterval = options.keepalive
     let pool = Pool(
       address: target, configuration: configuration, maxSessions: options.sessions ?? 2,
-      logger: logger)
+      policy: policy, logger: logger)
     do {
       try pool.start()
     } catch {
@@ -74,7 +77,17 @@ struct MountDaemon {
     var mountOptions = MountOptions(uid: getuid(), gid: getgid())
     mountOptions.readOnly = options.readOnly
     mountOptions.streamGlobs = options.streamGlobs
-    let fileSystem = BBSFileSystem(pool: pool, options: mountOptions, logger: logger)
+    let fileSystem: BBSFileSystem
+    do {
+      // The built-in BBS lives and dies with the mount: no outbox for it.
+      let outbox =
+        options.outbox && address != nil
+        ? Outbox.directory(forKey: "\(options.uname)@\(target)\(options.aname)") : nil
+      fileSystem = try BBSFileSystem(
+        pool: pool, options: mountOptions, outboxDirectory: outbox, logger: logger)
+    } catch {
+      throw .local("\(error)")
+    }
 
     var fuseOptions = FuseMountOptions()
     fuseOptions.fsName = "9bbs:" + (address?.description ?? "local")

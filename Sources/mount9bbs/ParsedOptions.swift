@@ -15,6 +15,10 @@ struct ParsedOptions {
   var timeout: Duration = .seconds(30)
   var streamGlobs: [String] = []
   var allowNonEmpty = false
+  /// Keep posts made while the link is down on disk and send them later.
+  var outbox = true
+  var reconnect = true
+  var keepalive: Duration? = .seconds(15)
   var passthrough: [String] = []
 
   struct Invalid: Error, CustomStringConvertible {
@@ -32,6 +36,13 @@ struct ParsedOptions {
           throw Invalid(description: "option \(key) needs a value (\(key)=…)")
         }
         return value
+      }
+      func onOff() throws(Invalid) -> Bool {
+        let text = try required()
+        guard text == "on" || text == "off" else {
+          throw Invalid(description: "option \(key)=\(text): expected on or off")
+        }
+        return text == "on"
       }
       func number(_ range: ClosedRange<Int>) throws(Invalid) -> Int {
         let text = try required()
@@ -64,6 +75,11 @@ struct ParsedOptions {
       case "timeout": timeout = .seconds(try number(1...86400))
       case "stream": streamGlobs.append(try required())
       case "nonempty": allowNonEmpty = true
+      case "outbox": outbox = try onOff()
+      case "reconnect": reconnect = try onOff()
+      case "keepalive":
+        let seconds = try number(0...3600)
+        keepalive = seconds == 0 ? nil : .seconds(seconds)
       default: passthrough.append(item)
       }
     }

@@ -79,3 +79,16 @@ final class MountLogicTests: XCTestCase {
     XCTAssertTrue(ListingCache.isAcceptable("lobby"))
   }
 }
+
+final class ReplayFilterTests: XCTestCase {
+  func testDropsReplayedLinesWhateverTheirStamp() {
+    let before = ["[00:00:01] alice: one\n", "[00:00:02] bob: two\n"].map { Array($0.utf8)[...] }
+    let filter = ReplayFilter(lines: before)
+    let replay = "[00:00:05] alice: one\n[00:00:05] bob: two\n[00:00:06] carol: new\n"
+    XCTAssertEqual(
+      String(decoding: filter.filter(Array(replay.utf8)), as: UTF8.self),
+      "[00:00:06] carol: new\n")
+    XCTAssertEqual(ReplayFilter.body(of: Array("plain line\n".utf8)[...]), Array("plain line".utf8))
+    XCTAssertFalse(filter.isExpired)
+  }
+}

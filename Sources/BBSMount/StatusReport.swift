@@ -1,0 +1,86 @@
+import Foundation
+import NinePClient
+
+/// What `mount9bbs status` shows: the link, the sessions, the outbox and the room feeds.
+public struct StatusReport: Codable, Sendable {
+  public struct Link: Codable, Sendable {
+    /// `up`, `down` or `closed`.
+    public var state: String
+    public var since: Date
+    public var reason: String?
+    public var reconnects: Int
+  }
+
+  public struct SessionStatus: Codable, Sendable {
+    /// `primary` or `stream`.
+    public var role: String
+    public var open: Bool
+    public var msize: UInt32
+    public var requestsInFlight: Int
+    public var requestsQueued: Int
+    public var parkedReads: Int
+    public var roundTripMilliseconds: Double
+    public var messagesIn: UInt64
+    public var messagesOut: UInt64
+    public var bytesIn: UInt64
+    public var bytesOut: UInt64
+  }
+
+  public struct Room: Codable, Sendable {
+    public var path: String
+    public var readers: Int
+    public var lines: Int
+    /// Seconds since the last line arrived.
+    public var lastMessageAge: Double
+  }
+
+  public var mountpoint: String
+  public var address: String
+  public var profile: String
+  public var uname: String
+  public var pid: Int32
+  public var link: Link
+  public var sessions: [SessionStatus]
+  public var outbox: Int?
+  public var rooms: [Room]
+}
+
+extension BBSFileSystem {
+  /// A snapshot of the mount's state.
+  public func statusReport(mountpoint: String) -> StatusReport {
+    let state = pool.linkState
+    let linkText: String
+    var reason: String?
+    switch state {
+    case .up: linkText = "up"
+    case .down(let why):
+      linkText = "down"
+      reason = why
+    case .closed: linkText = "closed"
+    }
+    let sessions = pool.sessions.enumerated().map { index, session in
+      let stats = session.statistics
+      return StatusReport.SessionStatus(
+        role: index == 0 && session === pool.current ? "primary" : "stream",
+        open: session.closedReason == nil, msize: session.msize,
+        requestsInFlight: stats.requestsInFlight, requestsQueued: stats.requestsQueued,
+        parkedReads: stats.parkedReads, roundTripMilliseconds: stats.roundTrip.timeInterval * 1000,
+        messagesIn: stats.messagesReceived, messagesOut: stats.messagesSent,
+        bytesIn: stats.bytesReceived, bytesOut: stats.bytesSent)
+    }
+    let now = Date()
+    let rooms = feedStatus.map {
+      StatusReport.Room(
+        path: $0.path, readers: $0.readers, lines: $0.lines,
+        lastMessageAge: now.timeIntervalSince($0.lastMessage))
+    }
+    return StatusReport(
+      mountpoint: mountpoint, address: pool.address.description,
+      profile: pool.configuration.profile.rawValue, uname: pool.configuration.uname,
+      pid: getpid(),
+      link: StatusReport.Link(
+        state: linkText, since: pool.linkStateSince, reason: reason,
+        reconnects: pool.reconnectCount),
+      sessions: sessions, outbox: outboxCount, rooms: rooms)
+  }
+}
