@@ -16,6 +16,19 @@ import NinePClient
 import NinePTransport
 
 @main
+enum Mount9BBSMain {
+  /// `mount9bbs status …` is a subcommand; everything else is the mount command, whose first
+  /// positional argument is an address (so ArgumentParser's subcommands cannot tell them apart).
+  static func main() {
+    let arguments = Array(CommandLine.arguments.dropFirst())
+    if arguments.first == "status" {
+      StatusCommand.main(Array(arguments.dropFirst()))
+    } else {
+      Mount9BBS.main(arguments)
+    }
+  }
+}
+
 struct Mount9BBS: ParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "mount9bbs",
@@ -27,6 +40,9 @@ struct Mount9BBS: ParsableCommand {
       Options (-o, comma-separated): uname=NAME, aname=PATH, msize=BYTES,
       profile=device|multiplex, sessions=N, ro, allow_other, default_permissions,
       timeout=SECONDS, stream=GLOB (repeatable), and libfuse's own options.
+
+      Other commands:
+        mount9bbs status MOUNTPOINT [--json]   link, sessions, outbox and rooms of a mount
 
       Examples:
         mount9bbs --local ./mnt

@@ -111,6 +111,14 @@ struct MountDaemon {
     let record = RuntimeRecord(mountpoint: mountpoint)
     record.write(pid: getpid())
     defer { record.remove() }
+    let shownMountpoint = RuntimeRecord.absolute(mountpoint)
+    let control = try? ControlSocket(path: record.controlPath, logger: logger) {
+      fileSystem.statusReport(mountpoint: shownMountpoint)
+    }
+    if control == nil {
+      logger.warning("no control socket at \(record.controlPath); status will not work")
+    }
+    defer { control?.close() }
     signalReady()
     do {
       try session.run()

@@ -47,6 +47,9 @@ struct RuntimeRecord {
     return getuid() == 0 ? "/run/mount9bbs" : NSTemporaryDirectory() + "mount9bbs-\(getuid())"
   }
 
+  /// The daemon's control socket (see ``ControlSocket``).
+  var controlPath: String { String(path.dropLast(4)) + ".sock" }
+
   func write(pid: pid_t) {
     try? FileManager.default.createDirectory(
       atPath: Self.directory, withIntermediateDirectories: true,
