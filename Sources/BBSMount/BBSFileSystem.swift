@@ -111,6 +111,13 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
         }
         let node = inodes.record(path: path, kind: kind(of: path, stat: stat), stat: stat)
         request.replyEntry(entry(for: node))
+      case .failure(let error) where error.isLinkFailure:
+        // Link down: a node the mount has seen before is still the best answer.
+        if let known = inodes.inode(for: path), let node = inodes.node(known) {
+          request.replyEntry(entry(for: node))
+        } else {
+          reply(request, error.errno)
+        }
       case .failure(let error):
         // An unreadable parent (or a server whose listings are not stat entries): walk.
         logger.debug(

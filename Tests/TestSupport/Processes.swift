@@ -122,7 +122,8 @@ public func isMounted(_ path: String) -> Bool {
   // would block a stat forever.
   let parent = (path as NSString).deletingLastPathComponent
   var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-  let resolvedParent = realpath(parent.isEmpty ? "." : parent, &buffer).map { String(cString: $0) } ?? parent
+  let resolvedParent =
+    realpath(parent.isEmpty ? "." : parent, &buffer).map { String(cString: $0) } ?? parent
   let resolved = resolvedParent + "/" + (path as NSString).lastPathComponent
   guard let mounts = try? String(contentsOfFile: "/proc/mounts", encoding: .utf8) else {
     return false
@@ -197,13 +198,16 @@ public final class MountProcess: @unchecked Sendable {
   public let child: ChildProcess
   public let mountpoint: String
 
-  public init(address: String?, mountpoint: String, options: [String] = []) throws {
+  public init(
+    address: String?, mountpoint: String, options: [String] = [],
+    environment: [String: String]? = nil
+  ) throws {
     self.mountpoint = mountpoint
     var arguments = ["-f"]
     if !options.isEmpty { arguments += ["-o", options.joined(separator: ",")] }
     if let address { arguments.append(address) } else { arguments.append("--local") }
     arguments.append(mountpoint)
-    child = ChildProcess(BuiltProducts.path(of: "mount9bbs"), arguments)
+    child = ChildProcess(BuiltProducts.path(of: "mount9bbs"), arguments, environment: environment)
     try child.start()
     guard waitUntil(timeout: 15, { isMounted(mountpoint) || !child.isRunning }), child.isRunning
     else {
