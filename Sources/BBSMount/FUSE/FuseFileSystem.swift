@@ -49,6 +49,8 @@ public protocol FuseFileSystem: AnyObject, Sendable {
     newName: String, flags: FuseRenameFlags)
 
   /// Opens a file: ``FuseRequest/replyOpen(_:)`` with a handle and caching choices in `file`.
+  /// With ``FuseCapabilities/atomicOTrunc`` in `want` (libfuse turns it on by default),
+  /// `O_TRUNC` arrives here in `file.flags` instead of as a `setattr`: truncate on open.
   func open(_ request: FuseRequest, inode: FuseInode, file: FuseFileInfo)
   /// Reads up to `size` bytes at `offset`: ``FuseRequest/replyData(_:)``. May park.
   func read(_ request: FuseRequest, inode: FuseInode, size: Int, offset: Int64, file: FuseFileInfo)

@@ -141,6 +141,8 @@ public final class FuseSession: Sendable {
   private let logger: Logger
   private let state = Mutex(State.created)
   private let stopped = DispatchSemaphore(value: 0)
+  /// Our mount's id in /proc/self/mountinfo, to clean up only our own mount.
+  private let mountID = Mutex<Int?>(nil)
 
   private enum State {
     case created
@@ -210,6 +212,7 @@ public final class FuseSession: Sendable {
       throw .mountFailed(mountpoint)
     }
     core.attach(raw)
+    mountID.withLock { $0 = Self.mountEntry(at: Self.absolutePath(mountpoint))?.id }
     state.withLock { $0 = .mounted(se) }
     logger.info("mounted on \(mountpoint)", metadata: ["options": "\(optionList)"])
   }
@@ -308,6 +311,13 @@ public final class FuseSession: Sendable {
     if options.handleSignals { SignalRelay.uninstall(se.raw) }
     fuse_session_unmount(se.raw)
     fuse_session_destroy(se.raw)
+    // After an aborted connection libfuse leaves the (dead) mount in place: detach it, if
+    // it is still ours and on top.
+    let path = Self.absolutePath(mountpoint)
+    if let id = mountID.withLock({ $0 }), Self.mountEntry(at: path)?.id == id {
+      logger.warning("connection to the kernel was cut; detaching \(mountpoint)")
+      do { try Self.unmount(path: path) } catch { logger.error("\(error)") }
+    }
     logger.info("unmounted \(mountpoint)")
     stopped.signal()
   }

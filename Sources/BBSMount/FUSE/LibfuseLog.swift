@@ -8,6 +8,7 @@ import Synchronization
 enum LibfuseLog {
   static let logger = Logger(label: "mount9bbs.fuse.libfuse")
   private static let installed = Mutex(false)
+  static let partial = Mutex("")
 
   static func install() {
     let first = installed.withLock { i -> Bool in
@@ -24,16 +25,24 @@ private func libfuseLog(
   guard let format, let args else { return }
   var buffer = [CChar](repeating: 0, count: 1024)
   _ = vsnprintf(&buffer, buffer.count, format, args)
-  let message = buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-    .trimmingCharacters(in: .newlines)
-  switch level {
-  case FUSE_LOG_EMERG, FUSE_LOG_ALERT, FUSE_LOG_CRIT, FUSE_LOG_ERR:
-    LibfuseLog.logger.error("\(message)")
-  case FUSE_LOG_WARNING, FUSE_LOG_NOTICE:
-    LibfuseLog.logger.warning("\(message)")
-  case FUSE_LOG_INFO:
-    LibfuseLog.logger.info("\(message)")
-  default:
-    LibfuseLog.logger.debug("\(message)")
+  let bytes = buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
+  // libfuse writes some messages in pieces: log whole lines.
+  let lines = LibfuseLog.partial.withLock { partial -> [String] in
+    partial += String(decoding: bytes, as: UTF8.self)
+    var lines = partial.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+    partial = lines.removeLast()
+    return lines
+  }
+  for message in lines where !message.isEmpty {
+    switch level {
+    case FUSE_LOG_EMERG, FUSE_LOG_ALERT, FUSE_LOG_CRIT, FUSE_LOG_ERR:
+      LibfuseLog.logger.error("\(message)")
+    case FUSE_LOG_WARNING, FUSE_LOG_NOTICE:
+      LibfuseLog.logger.warning("\(message)")
+    case FUSE_LOG_INFO:
+      LibfuseLog.logger.info("\(message)")
+    default:
+      LibfuseLog.logger.debug("\(message)")
+    }
   }
 }
