@@ -435,7 +435,8 @@ final class SocketTransportTests: XCTestCase {
     do {
       listener = try Listener(address: .tcp(host: "::1", port: 0))
     } catch {
-      throw XCTSkip("no IPv6 loopback here: \(error)")
+      XCTFail("no IPv6 loopback here: \(error)")
+      return
     }
     defer { listener.close() }
     guard case .tcp(_, let port) = listener.boundAddress else { return XCTFail("not tcp") }
