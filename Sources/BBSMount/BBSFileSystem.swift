@@ -416,9 +416,12 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
         case .success(let result):
           var info = info
           // Sizes of 9BBS files are 0 or the body only: bypass the page cache unless the
-          // server gives a real size.
+          // server gives a real size. A board message's listed size is its body alone, while
+          // reading it gives headers, body and signature: through the page cache `cat` would
+          // stop at the body's length, cutting the message short.
           let length = node.stat?.length ?? 0
-          info.directIO = length == 0
+          info.directIO =
+            length == 0 || classifier.isBoardRoom(Array(node.path.dropLast()))
           info.keepCache = false
           info.handle = store(
             .file(FileHandle(session: session, fid: fid, iounit: result.iounit, inode: node.inode)))
