@@ -439,6 +439,11 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
     let path = directory.path + [name]
     var info = file
+    if classifier.isChatDirectory(directory.path) {
+      // Every room is listed and clients cannot make one (the server refuses Tcreate with
+      // EPERM): `echo hi > chat/nosuchroom` writes to a room that does not exist.
+      return reply(request, ENOENT)
+    }
     if classifier.isBoardRoom(directory.path) {
       // A board message: the device corrupts messages written in several Twrites, so the body
       // is kept here and sent whole at close as Tcreate <ms-timestamp> + one Twrite.
