@@ -162,10 +162,12 @@ final class MountIntegrationTests: XCTestCase {
     XCTAssertTrue(waitUntil(timeout: 10) { chatLines(tail.text) == [root] }, tail.text)
 
     let fromBob = ChatLine(author: "bob", text: "hello from bob")
+    let posted = ContinuousClock.now
     try sh("echo '\(fromBob.text)' > \(bob.mountpoint)/chat/post")
     XCTAssertTrue(
       waitUntil(timeout: 10) { chatLines(tail.text) == [root, fromBob] },
       "tail -f did not show bob's post: \(tail.text)")
+    print("bob's post reached root's tail -f in \(posted.duration(to: .now)) (\(setup))")
 
     // And the other way round, in a room named by the file.
     let bobHere = ChatLine(author: "bob", text: "bob is here")
@@ -198,6 +200,7 @@ final class MountIntegrationTests: XCTestCase {
       XCTAssertTrue(waitUntil(timeout: 10) { chatTexts(tail.text) == ["start"] }, tail.text)
     }
     let counts = [67, 67, 66]
+    let started = ContinuousClock.now
     let writers = try counts.enumerated().map { index, count in
       try background(
         self, "/bin/sh",
@@ -217,6 +220,9 @@ final class MountIntegrationTests: XCTestCase {
         waitUntil(timeout: 20) { chatLines(tail.text).count >= 1 + total },
         "tail \(number) printed \(chatLines(tail.text).count - 1) of \(total) lines")
     }
+    print(
+      "\(total) posts from 3 writers reached both tails in \(started.duration(to: .now)) (\(setup))"
+    )
     for (number, tail) in tails.enumerated() {
       var lines = chatLines(tail.text)
       XCTAssertEqual(lines.first?.text, "start")
