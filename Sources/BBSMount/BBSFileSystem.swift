@@ -451,9 +451,12 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
         case .success(let result):
           var info = info
           // Sizes of 9BBS files are 0 or the body only: bypass the page cache unless the
-          // server gives a real size.
+          // server gives a real size. A board message's listed size is its body alone, while
+          // reading it gives headers, body and signature: through the page cache `cat` would
+          // stop at the body's length, cutting the message short.
           let length = node.stat?.length ?? 0
-          info.directIO = length == 0
+          info.directIO =
+            length == 0 || classifier.isBoardRoom(Array(node.path.dropLast()))
           info.keepCache = false
           info.handle = store(
             .file(
@@ -474,6 +477,11 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
     let path = directory.path + [name]
     var info = file
+    if classifier.isChatDirectory(directory.path) {
+      // Every room is listed and clients cannot make one (the server refuses Tcreate with
+      // EPERM): `echo hi > chat/nosuchroom` writes to a room that does not exist.
+      return reply(request, ENOENT)
+    }
     if classifier.isBoardRoom(directory.path) {
       // A board message: the device corrupts messages written in several Twrites, so the body
       // is kept here and sent whole at close as Tcreate <ms-timestamp> + one Twrite.

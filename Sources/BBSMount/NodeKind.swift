@@ -54,6 +54,12 @@ public struct PathClassifier: Sendable {
     return relative.count == 2 && relative.first == "rooms"
   }
 
+  /// Whether `components` is a 9BBS chat directory (`/chat`), whose files are its rooms,
+  /// `post` and `users`.
+  public func isChatDirectory(_ components: [String]) -> Bool {
+    Self.bbsRelative(components) == ["chat"]
+  }
+
   /// The chat directory a room or post file lives in.
   public func chatDirectory(of components: [String]) -> [String] {
     Array(components.dropLast())

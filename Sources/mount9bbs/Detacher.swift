@@ -32,6 +32,9 @@ enum Detacher {
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
     posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
     posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    for descriptor in inheritedDescriptors(keeping: writeEnd) {
+      posix_spawn_file_actions_addclose(&actions, descriptor)
+    }
     var attributes = posix_spawnattr_t()
     posix_spawnattr_init(&attributes)
     defer { posix_spawnattr_destroy(&attributes) }
@@ -70,5 +73,14 @@ enum Detacher {
     let message = text.isEmpty ? "mount9bbs: the daemon exited before the mount was ready" : text
     Diagnostics.fail(message)
     return 1
+  }
+
+  /// The caller's descriptors that the daemon must not keep: all but stdio and the readiness
+  /// pipe. A daemon lives as long as the mount, and an inherited pipe or socket it holds never
+  /// reaches end-of-file for whoever waits on it (a `$(…)`, or a supervisor that watches a
+  /// socket to learn when its child exits, as Foundation's Process does).
+  static func inheritedDescriptors(keeping kept: Int32) -> [Int32] {
+    let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+    return names.compactMap { Int32($0) }.filter { $0 > 2 && $0 != kept }
   }
 }

@@ -39,6 +39,7 @@ public final class ChildProcess: @unchecked Sendable {
   private let output = Pipe()
   private let lock = NSLock()
   private var captured = Data()
+  private var ended = false
 
   public init(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) {
     process.executableURL = URL(fileURLWithPath: executable)
@@ -49,17 +50,29 @@ public final class ChildProcess: @unchecked Sendable {
     process.standardOutput = output
     process.standardError = output
     process.standardInput = FileHandle.nullDevice
-    output.fileHandleForReading.readabilityHandler = { [weak self] handle in
-      let data = handle.availableData
-      guard let self, !data.isEmpty else { return }
-      self.lock.lock()
-      self.captured.append(data)
-      self.lock.unlock()
-    }
   }
 
   public func start() throws {
     try process.run()
+    // A thread reading the pipe to its end with plain read(2): FileHandle's readabilityHandler
+    // has been seen to report an empty read before the end on Linux, losing the rest.
+    let descriptor = output.fileHandleForReading.fileDescriptor
+    let reader = Thread { [self] in
+      var buffer = [UInt8](repeating: 0, count: 65536)
+      while true {
+        let count = read(descriptor, &buffer, buffer.count)
+        if count < 0 && errno == EINTR { continue }
+        lock.lock()
+        if count > 0 {
+          captured.append(contentsOf: buffer[..<count])
+        } else {
+          ended = true
+        }
+        lock.unlock()
+        if count <= 0 { return }
+      }
+    }
+    reader.start()
   }
 
   /// Everything the process wrote to stdout and stderr so far.
@@ -67,6 +80,13 @@ public final class ChildProcess: @unchecked Sendable {
     lock.lock()
     defer { lock.unlock() }
     return String(decoding: captured, as: UTF8.self)
+  }
+
+  /// Whether the output pipe reached end of file (everyone holding it has exited).
+  public var outputEnded: Bool {
+    lock.lock()
+    defer { lock.unlock() }
+    return ended
   }
 
   public var isRunning: Bool { process.isRunning }
@@ -104,8 +124,8 @@ public func shell(_ command: String, timeout: TimeInterval = 30) throws -> (
     child.wait(timeout: 5)
     throw HarnessError("command timed out after \(timeout) s: \(command)\noutput: \(child.text)")
   }
-  // Let the pipe drain.
-  _ = waitUntil(timeout: 0.2) { false }
+  // Let the pipe drain (bounded: a background grandchild may hold it open).
+  _ = waitUntil(timeout: 1) { child.outputEnded }
   return (child.process.terminationStatus, child.text)
 }
 
@@ -141,8 +161,11 @@ public final class ServerProcess: @unchecked Sendable {
   /// The dial string clients use.
   public let address: String
 
-  /// Starts `9bbsd`. `transport` is "tcp", "unix" or "seqpacket".
-  public init(transport: String = "tcp", profile: String = "default", extra: [String] = []) throws {
+  /// Starts `9bbsd`. `transport` is "tcp", "unix" or "seqpacket"; `rooms` are its chat rooms.
+  public init(
+    transport: String = "tcp", profile: String = "default", rooms: [String] = ["lobby", "tech"],
+    extra: [String] = []
+  ) throws {
     directory = try makeTemporaryDirectory("9bbsd-test")
     let listen: String
     switch transport {
@@ -157,7 +180,8 @@ public final class ServerProcess: @unchecked Sendable {
     address = listen
     child = ChildProcess(
       BuiltProducts.path(of: "9bbsd"),
-      ["--listen", listen, "--profile", profile, "--rooms", "lobby,tech"] + extra)
+      ["--listen", listen, "--profile", profile, "--rooms", rooms.joined(separator: ",")]
+        + extra)
     try child.start()
     let ready = waitUntil(timeout: 10) { child.text.contains("listening on") || !child.isRunning }
     guard ready, child.isRunning else {
@@ -166,12 +190,22 @@ public final class ServerProcess: @unchecked Sendable {
     }
   }
 
+  /// Everything 9bbsd logged so far.
+  public var log: String { child.text }
+
+  /// The device-profile violations 9bbsd logged ("… — disconnecting"): lines that mean the
+  /// client broke a board's wire rules, or a session died under it.
+  public var violations: [String] {
+    log.split(separator: "\n").map(String.init).filter { $0.contains("disconnecting") }
+  }
+
   public func stop() {
     child.stop()
     try? FileManager.default.removeItem(atPath: directory)
   }
 
-  static func freePort() throws -> Int {
+  /// A TCP port on 127.0.0.1 that nothing listens on (bound briefly, then released).
+  public static func freePort() throws -> Int {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { throw HarnessError("socket failed") }
     defer { close(fd) }
@@ -218,10 +252,30 @@ public final class MountProcess: @unchecked Sendable {
 
   /// Unmounts (however the process is doing) and stops the process.
   public func stop() {
-    if isMounted(mountpoint) {
-      _ = try? shell(
-        "fusermount3 -u -z '\(mountpoint)' 2>/dev/null || umount -l '\(mountpoint)'", timeout: 10)
-    }
+    forceUnmount(mountpoint)
     child.stop()
+  }
+}
+
+/// Lazily unmounts whatever FUSE file system is at `path` (teardown: works with a dead or
+/// hung daemon and with readers still inside).
+public func forceUnmount(_ path: String) {
+  guard isMounted(path) else { return }
+  _ = try? shell(
+    "fusermount3 -u -z '\(path)' 2>/dev/null || umount -l '\(path)'", timeout: 10)
+}
+
+/// Running `mount9bbs` processes serving `mountpoint` (e.g. a detached daemon), by their
+/// command line.
+public func mountDaemons(serving mountpoint: String) -> [pid_t] {
+  let me = getpid()
+  let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+  return entries.compactMap { entry -> pid_t? in
+    guard let pid = pid_t(entry), pid != me,
+      let data = FileManager.default.contents(atPath: "/proc/\(entry)/cmdline")
+    else { return nil }
+    let arguments = data.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+    guard let program = arguments.first, program.hasSuffix("/mount9bbs") else { return nil }
+    return arguments.contains(mountpoint) ? pid : nil
   }
 }

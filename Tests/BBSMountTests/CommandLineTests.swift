@@ -1,0 +1,254 @@
+import Foundation
+import NinePProtocol
+import NinePTransport
+import TestSupport
+import XCTest
+
+/// `mount9bbs` as a command: every way a mount can fail says why, exits non-zero and leaves
+/// no mount and no daemon behind, whether in the foreground (-f) or detached; a detached
+/// mount keeps serving after the command returns; `-u` removes live and dead mounts.
+final class CommandLineTests: XCTestCase {
+  // MARK: - Failures
+
+  func testRefusedAddressFails() throws {
+    let port = try ServerProcess.freePort()
+    try expectFailure(
+      address: "tcp!127.0.0.1!\(port)",
+      saying: ["cannot reach tcp!127.0.0.1!\(port)", "Connection refused"])
+  }
+
+  func testBadDialStringsFail() throws {
+    try expectFailure(address: "bogus!x", saying: ["dial string 'bogus!x'", "unknown network"])
+    try expectFailure(
+      address: "tcp!127.0.0.1!notaport", saying: ["port 'notaport' must be a number"])
+    try expectFailure(address: "l2cap!nothex!0x80", saying: ["'nothex' is not a Bluetooth address"])
+  }
+
+  func testMissingMountpointFails() throws {
+    let server = try startServer()
+    let directory = try temporaryDirectory()
+    try expectFailure(
+      address: server.address, mountpoint: directory + "/nowhere",
+      saying: ["mount point \(directory)/nowhere does not exist"])
+  }
+
+  func testNonEmptyMountpointFails() throws {
+    let server = try startServer()
+    let directory = try temporaryDirectory()
+    XCTAssertTrue(
+      FileManager.default.createFile(atPath: directory + "/mnt/occupied", contents: Data()))
+    try expectFailure(
+      address: server.address, saying: ["mount point \(directory)/mnt is not empty"],
+      in: directory)
+  }
+
+  func testNoBluetoothFails() throws {
+    try expectFailure(
+      address: "l2cap!C0:FF:EE:00:00:01!0x0080",
+      saying: ["cannot reach l2cap!C0:FF:EE:00:00:01!0x0080", "Bluetooth"])
+  }
+
+  func testServerOfAnotherDialectFails() throws {
+    let directory = try temporaryDirectory()
+    let peer = try OtherDialectServer(path: directory + "/other.sock")
+    addTeardownBlock { peer.stop() }
+    try expectFailure(
+      address: "unix!\(directory)/other.sock",
+      saying: ["does not speak 9P2000", "answered Tversion with \"unknown\""], in: directory)
+    XCTAssertGreaterThanOrEqual(peer.versionsAnswered, 2, "the fake server was never asked")
+  }
+
+  func testMissingAddressFails() throws {
+    let directory = try temporaryDirectory()
+    for foreground in [false, true] {
+      let result = try mount9bbs((foreground ? ["-f"] : []) + [directory + "/mnt"])
+      XCTAssertNotEqual(result.status, 0)
+      XCTAssertTrue(result.output.contains("Missing ADDRESS or MOUNTPOINT"), result.output)
+      XCTAssertFalse(isMounted(directory + "/mnt"))
+    }
+    let nothing = try mount9bbs([])
+    XCTAssertNotEqual(nothing.status, 0)
+    XCTAssertTrue(nothing.output.contains("Missing MOUNTPOINT"), nothing.output)
+  }
+
+  func testBadOptionValuesFail() throws {
+    let server = try startServer()
+    let directory = try temporaryDirectory()
+    try expectFailure(
+      address: server.address, options: ["msize=abc"],
+      saying: ["option msize=abc: expected a number"], in: directory)
+    try expectFailure(
+      address: server.address, options: ["profile=foo"],
+      saying: ["option profile=foo: expected device or multiplex"], in: directory)
+    try expectFailure(
+      address: server.address, options: ["sessions=0"],
+      saying: ["option sessions=0: expected a number from 1 to 16"], in: directory)
+  }
+
+  // MARK: - Detached mounts and -u
+
+  func testDetachedMountServesUntilUnmounted() throws {
+    let server = try startServer()
+    let directory = try temporaryDirectory()
+    let mountpoint = directory + "/mnt"
+    let mounted = try mount9bbs([server.address, mountpoint])
+    XCTAssertEqual(mounted.status, 0, mounted.output)
+    XCTAssertEqual(mounted.output, "", "a successful mount prints nothing")
+    XCTAssertTrue(isMounted(mountpoint), "the command returned before the mount was ready")
+    let daemons = mountDaemons(serving: mountpoint)
+    XCTAssertEqual(daemons.count, 1, "expected one detached daemon")
+
+    // The daemon serves after its parent command is gone.
+    XCTAssertEqual(
+      Set(try sh("ls \(mountpoint)/chat").split(separator: "\n")),
+      ["lobby", "tech", "post", "users"])
+    try sh("echo 'detached and well' > \(mountpoint)/chat/post")
+    let tail = try background(self, "/usr/bin/tail", ["-f", mountpoint + "/chat/lobby"])
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { chatTexts(tail.text) == ["detached and well"] }, tail.text)
+    try sh("echo 'still serving' > \(mountpoint)/chat/post")
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { chatTexts(tail.text) == ["detached and well", "still serving"] },
+      tail.text)
+    tail.stop()
+
+    let unmounted = try mount9bbs(["-u", mountpoint])
+    XCTAssertEqual(unmounted.status, 0, unmounted.output)
+    XCTAssertFalse(isMounted(mountpoint))
+    XCTAssertTrue(
+      waitUntil(timeout: 5) { mountDaemons(serving: mountpoint).isEmpty },
+      "the daemon outlived its mount")
+    XCTAssertEqual(server.violations, [])
+  }
+
+  func testUnmountRemovesMountOfKilledDaemon() throws {
+    let server = try startServer()
+    let directory = try temporaryDirectory()
+    let mountpoint = directory + "/mnt"
+    let mounted = try mount9bbs([server.address, mountpoint])
+    XCTAssertEqual(mounted.status, 0, mounted.output)
+    let daemon = try XCTUnwrap(mountDaemons(serving: mountpoint).first, "no daemon")
+    XCTAssertEqual(kill(daemon, SIGKILL), 0)
+    XCTAssertTrue(waitUntil(timeout: 5) { mountDaemons(serving: mountpoint).isEmpty })
+    XCTAssertTrue(isMounted(mountpoint), "the kernel should keep a dead FUSE mount")
+    let dead = try shell("ls \(mountpoint)")
+    XCTAssertNotEqual(dead.status, 0)
+    XCTAssertTrue(dead.output.contains("Transport endpoint is not connected"), dead.output)
+
+    let unmounted = try mount9bbs(["-u", mountpoint])
+    XCTAssertEqual(unmounted.status, 0, unmounted.output)
+    XCTAssertFalse(isMounted(mountpoint))
+    XCTAssertEqual(try sh("ls -A \(mountpoint)"), "", "the mount point is usable again")
+  }
+
+  func testUnmountOfNothingFails() throws {
+    let directory = try temporaryDirectory()
+    let result = try mount9bbs(["-u", directory + "/mnt"])
+    XCTAssertNotEqual(result.status, 0)
+    XCTAssertTrue(result.output.contains("nothing is mounted at"), result.output)
+  }
+
+  // MARK: - Helpers
+
+  /// Runs `mount9bbs ARGUMENTS` to completion (bounded); status and stdout+stderr.
+  private func mount9bbs(_ arguments: [String], timeout: TimeInterval = 20) throws -> (
+    status: Int32, output: String
+  ) {
+    let child = ChildProcess(BuiltProducts.path(of: "mount9bbs"), arguments)
+    try child.start()
+    guard child.wait(timeout: timeout) else {
+      child.stop()
+      throw HarnessError("mount9bbs \(arguments) ran over \(timeout) s: \(child.text)")
+    }
+    _ = waitUntil(timeout: 1) { child.outputEnded }
+    return (child.process.terminationStatus, child.text)
+  }
+
+  /// Mounting `address` fails, detached and with -f, with every one of `phrases` in the
+  /// message, a non-zero status, and no mount or daemon left behind.
+  private func expectFailure(
+    address: String, mountpoint: String? = nil, options: [String] = [], saying phrases: [String],
+    in directory: String? = nil, file: StaticString = #filePath, line: UInt = #line
+  ) throws {
+    let directory = try directory ?? temporaryDirectory()
+    let mountpoint = mountpoint ?? directory + "/mnt"
+    let optionArguments = options.isEmpty ? [] : ["-o", options.joined(separator: ",")]
+    for foreground in [false, true] {
+      let arguments =
+        (foreground ? ["-f"] : []) + optionArguments + [address, mountpoint]
+      let result = try mount9bbs(arguments)
+      let context = "mount9bbs \(arguments.joined(separator: " ")):\n\(result.output)"
+      XCTAssertNotEqual(result.status, 0, context, file: file, line: line)
+      for phrase in phrases {
+        XCTAssertTrue(
+          result.output.contains(phrase), "missing “\(phrase)” in \(context)", file: file,
+          line: line)
+      }
+      XCTAssertFalse(isMounted(mountpoint), "left a mount: \(context)", file: file, line: line)
+      XCTAssertTrue(
+        waitUntil(timeout: 5) { mountDaemons(serving: mountpoint).isEmpty },
+        "left a daemon: \(context)", file: file, line: line)
+    }
+  }
+
+  /// A 9bbsd over TCP, stopped with the test.
+  private func startServer() throws -> ServerProcess {
+    let server = try ServerProcess(transport: "tcp")
+    addTeardownBlock { server.stop() }
+    return server
+  }
+
+  /// A private directory with an empty `mnt` in it; on teardown, anything mounted there is
+  /// unmounted and any daemon serving it killed before the directory goes.
+  private func temporaryDirectory() throws -> String {
+    let directory = try makeTemporaryDirectory("mount9bbs-cli")
+    let mountpoint = directory + "/mnt"
+    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: false)
+    addTeardownBlock {
+      forceUnmount(mountpoint)
+      for pid in mountDaemons(serving: mountpoint) { kill(pid, SIGKILL) }
+      guard !isMounted(mountpoint) else { return }
+      try? FileManager.default.removeItem(atPath: directory)
+    }
+    return directory
+  }
+}
+
+/// A server that speaks some other 9P: it answers every Tversion with Rversion "unknown"
+/// (what a 9P server says to a version it does not know), then waits for the client to go.
+final class OtherDialectServer: @unchecked Sendable {
+  private let listener: Listener
+  private let lock = NSLock()
+  private var answered = 0
+  private var connections: [SocketTransport] = []
+
+  init(path: String) throws {
+    listener = try Listener(address: .unix(path: path))
+    let thread = Thread { [self] in acceptLoop() }
+    thread.start()
+  }
+
+  var versionsAnswered: Int { lock.withLock { answered } }
+
+  func stop() {
+    listener.close()
+    for connection in lock.withLock({ connections }) { connection.close() }
+  }
+
+  private func acceptLoop() {
+    while let connection = try? listener.accept() {
+      lock.withLock { connections.append(connection) }
+      Thread { [self] in serve(connection) }.start()
+    }
+  }
+
+  private func serve(_ connection: SocketTransport) {
+    defer { connection.close() }
+    while let frame = try? connection.receive(limit: 1 << 16) {
+      guard let (tag, message) = try? Message.decode(frame, limits: .unbounded) else { return }
+      guard case .tversion(let msize, _) = message else { return }
+      lock.withLock { answered += 1 }
+      try? connection.send(Message.rversion(msize: msize, version: "unknown").encoded(tag: tag))
+    }
+  }
+}
