@@ -31,6 +31,8 @@ final class RoomFeed: @unchecked Sendable {
   /// Identifies the read on the wire, so a reply that beats `send`'s return is not mistaken
   /// for a newer read.
   private var readToken: UInt64 = 0
+  /// The session the pool placed this feed on (holding one of its stream reservations).
+  private var placedOn: Session?
   private var backoff: Duration = .zero
   private var lastError: NinePError?
   /// Set for a while after a reconnect, to drop lines the transcript already has.
@@ -142,11 +144,14 @@ final class RoomFeed: @unchecked Sendable {
     generation += 1
     let reading = inFlight
     let opened = active
+    let placed = placedOn
     inFlight = nil
     active = nil
+    placedOn = nil
     lock.unlock()
     if let reading { reading.session.cancel(reading.handle) }
     if let opened { opened.session.clunk(opened.fid) }
+    placed?.releaseStream()
   }
 
   /// Stops for good (unmount): wakes every waiter so replies go out.
@@ -157,10 +162,13 @@ final class RoomFeed: @unchecked Sendable {
     let all = waiters.values
     waiters.removeAll()
     let reading = inFlight
+    let placed = placedOn
     inFlight = nil
     active = nil
+    placedOn = nil
     lock.unlock()
     if let reading { reading.session.cancel(reading.handle) }
+    placed?.releaseStream()
     for waiter in all { waiter.callback() }
   }
 
@@ -178,6 +186,16 @@ final class RoomFeed: @unchecked Sendable {
         if case .failure(let error) = placed { return failed(error, generation: generation) }
         return
       }
+      // The pool reserved a parking slot for this feed on `session`; give it back when the
+      // feed stops or moves.
+      lock.lock()
+      let previous = placedOn
+      placedOn = session
+      let current = generation == self.generation
+      if !current { placedOn = nil }
+      lock.unlock()
+      previous?.releaseStream()
+      guard current else { return session.releaseStream() }
       session.walk(path) { [self] walked in
         switch walked {
         case .failure(let error):

@@ -221,20 +221,30 @@ public final class Pool: @unchecked Sendable {
         }
       }
     }
-    if placement == .ordinary || maxSessions == 1 {
+    if placement == .ordinary {
       lock.unlock()
+      return completion(.success(primarySession))
+    }
+    // A stream is placed on the least loaded stream session with a free parking slot, and
+    // reserved there until its owner calls `releaseStream()`; the owner of a `.stream` session
+    // must do that when it stops.
+    if maxSessions == 1 {
+      lock.unlock()
+      primarySession.reserveStream()
       return completion(.success(primarySession))
     }
     streamSessions.removeAll { $0.closedReason != nil }
     let slots = configuration.maxParkedReads
-    if let free = streamSessions.min(by: { $0.parkableLoad < $1.parkableLoad }),
-      free.parkableLoad < slots || streamSessions.count + 1 >= maxSessions
+    if let free = streamSessions.min(by: { $0.streamLoad < $1.streamLoad }),
+      free.streamLoad < slots || streamSessions.count + 1 >= maxSessions
     {
+      free.reserveStream()
       lock.unlock()
       return completion(.success(free))
     }
     if streamSessions.count + 1 >= maxSessions {
       // Cannot grow: share the primary, which still works, only less well.
+      primarySession.reserveStream()
       lock.unlock()
       return completion(.success(primarySession))
     }
@@ -267,7 +277,17 @@ public final class Pool: @unchecked Sendable {
         }
       }
       lock.unlock()
-      for caller in callers { caller(answer) }
+      // Everyone who waited for this dial is placed again: one new session may not hold them
+      // all, and a second dial then starts.
+      guard case .success = result, case .success = answer else {
+        // No new session: the fallback (the primary) or the error goes to everyone.
+        if case .success(let fallback) = answer {
+          for _ in callers { fallback.reserveStream() }
+        }
+        for caller in callers { caller(answer) }
+        return
+      }
+      for caller in callers { session(for: .stream, completion: caller) }
     }
   }
 

@@ -67,6 +67,7 @@ public final class Session: @unchecked Sendable {
   private let condition = NSCondition()
   private var state: State
   private var onCloseHandlers: [@Sendable (String) -> Void] = []
+  private var reservedStreams = 0
 
   private final class Pending {
     let id: UInt64
@@ -334,6 +335,29 @@ public final class Session: @unchecked Sendable {
     return stats
   }
 
+  /// Streams placed on this session by the pool and not yet given back (see
+  /// ``Pool/session(for:completion:)``): counts a feed from its placement on, before its first
+  /// read exists, so feeds that start together spread over sessions.
+  public var streamLoad: Int {
+    condition.lock()
+    defer { condition.unlock() }
+    return max(reservedStreams, state.parked + state.queue.reduce(0) { $0 + ($1.mayPark ? 1 : 0) })
+  }
+
+  /// The pool placed a stream here.
+  func reserveStream() {
+    condition.lock()
+    reservedStreams += 1
+    condition.unlock()
+  }
+
+  /// A stream placed here has stopped (or moved after a failure).
+  public func releaseStream() {
+    condition.lock()
+    reservedStreams = max(0, reservedStreams - 1)
+    condition.unlock()
+  }
+
   /// Reads that may park and are on the wire or queued: used by the pool to place streams.
   public var parkableLoad: Int {
     condition.lock()
@@ -429,7 +453,11 @@ public final class Session: @unchecked Sendable {
         state.inFlight[tag] = first
         if first.mayPark {
           state.parked += 1
-          if configuration.profile == .device { state.busyUntil = now + configuration.parkGrace }
+          if configuration.profile == .device {
+            // The device gives no sign that a read has parked: wait long enough for it to
+            // have been processed, which on a loaded board takes a few round trips.
+            state.busyUntil = now + max(configuration.parkGrace, state.statistics.roundTrip * 3)
+          }
         } else if configuration.profile == .device {
           state.busyTag = tag
         }

@@ -36,9 +36,10 @@ public struct SessionConfiguration: Sendable {
   public var maxParkedReads: Int
   /// Default time to wait for a reply; `nil` waits forever (parked reads never time out).
   public var requestTimeout: Duration?
-  /// Device profile: how long after sending a read that may park the channel counts as busy.
-  /// A real board takes milliseconds per request; sending the next SDU before the read has
-  /// parked kills the channel.
+  /// Device profile: how long after sending a read that may park the channel counts as busy
+  /// (at least; three smoothed round trips if that is longer). A board takes milliseconds per
+  /// request, more when its one worker serves several channels; sending the next SDU before
+  /// the read has parked kills the channel.
   public var parkGrace: Duration
 
   public init(
@@ -55,7 +56,7 @@ public struct SessionConfiguration: Sendable {
       maxTags = 16
       maxFids = 32
       maxParkedReads = 4
-      parkGrace = .milliseconds(30)
+      parkGrace = .milliseconds(100)
     case .multiplex:
       self.requestedMsize = requestedMsize ?? (256 * 1024 + 24)
       maxTags = 256
