@@ -132,9 +132,10 @@ public struct TransportInfo: Sendable, Hashable {
     }
     var parameters: [String: String] = [:]
     var flags: [String] = []
-    for token in body.split(whereSeparator: { $0 == "," || $0 == ";" || $0 == " " }) {
-      let parts = token.split(separator: "=", maxSplits: 1)
-      let key = parts[0].trimmingCharacters(in: .whitespaces).lowercased()
+    for token in body.split(whereSeparator: { $0 == "," || $0 == ";" }) {
+      let parts = token.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+      guard let first = parts.first else { continue }
+      let key = first.trimmingCharacters(in: .whitespaces).lowercased()
       guard !key.isEmpty else { continue }
       if parts.count == 2 {
         parameters[key] = parts[1].trimmingCharacters(in: .whitespaces)

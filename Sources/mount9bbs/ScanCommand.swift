@@ -40,9 +40,16 @@ struct ScanCommand: ParsableCommand {
   @Flag(name: .customShort("d"), help: "Log D-Bus and Avahi details to stderr.")
   var debug = false
 
+  /// How long connecting to one board and resolving its services may take (tests shorten it).
+  @Option(name: .customLong("read-timeout"), help: .hidden)
+  var readTimeout: Double = 10
+
   func validate() throws {
     if let timeout, !(timeout > 0 && timeout <= 3600) {
       throw ValidationError("--timeout must be between 0 and 3600 seconds.")
+    }
+    if !(readTimeout > 0 && readTimeout <= 600) {
+      throw ValidationError("--read-timeout must be between 0 and 600 seconds.")
     }
   }
 
@@ -79,7 +86,10 @@ struct ScanCommand: ParsableCommand {
         "Scanning for 9BBS boards over Bluetooth LE for \(Self.text(seconds)) s (Ctrl-C stops)…")
       progress.start()
       outcome = Result { () throws(DiscoveryError) -> Int in
-        try scanner.scan(options: BluetoothScanOptions(duration: duration)) { event in
+        try scanner.scan(
+          options: BluetoothScanOptions(
+            duration: duration, readTimeout: .milliseconds(Int64(readTimeout * 1000)))
+        ) { event in
           progress.clear()
           switch event {
           case .seen: break
