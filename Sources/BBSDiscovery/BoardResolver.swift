@@ -16,8 +16,8 @@ public struct BoardReference: Sendable, Hashable, CustomStringConvertible {
     let scheme = text[..<bang].lowercased()
     let rest = String(text[text.index(after: bang)...])
     switch scheme {
-    case "ble", "bt": kind = .bluetooth
-    case "mdns", "lan": kind = .lan
+    case "ble": kind = .bluetooth
+    case "mdns": kind = .lan
     default: return nil
     }
     guard !rest.isEmpty else {

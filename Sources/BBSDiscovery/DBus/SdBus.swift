@@ -132,6 +132,7 @@ final class SdBus {
         return 0
       }, Unmanaged.passUnretained(pending).toOpaque(), microseconds(timeout))
     if rc < 0 {
+      calls[id] = nil
       finished.append(
         (id, .failure(BusError(errno: -rc, operation: "\(method.interface).\(method.member)"))))
     }
