@@ -166,7 +166,8 @@ final class BlueZMock {
 /// Runs a shell scenario inside `unshare --net --mount --pid --fork --mount-proc` with its
 /// own dbus-daemon and avahi-daemon (`Tests/fixtures/avahi-netns.sh`). The scenario sees
 /// `$WORK` (a host temporary directory it may write results to), `$BIN` (the built
-/// executables) and `$AVAHI_CONF`; every process it leaves is killed when it ends.
+/// executables) and a `start_avahi` function; every process it leaves is killed when it ends,
+/// and `--kill-child` takes the whole namespace down if a run times out.
 final class AvahiNamespace {
   let directory: String
 
@@ -186,7 +187,8 @@ final class AvahiNamespace {
     try ("set -u\n" + script).write(toFile: path, atomically: true, encoding: .utf8)
     let harness = packageRoot.appendingPathComponent("Tests/fixtures/avahi-netns.sh").path
     var arguments = [
-      "--net", "--mount", "--pid", "--fork", "--mount-proc", harness, directory, path,
+      "--net", "--mount", "--pid", "--fork", "--mount-proc", "--kill-child", harness, directory,
+      path,
     ]
     if !startAvahi { arguments.append("--no-avahi") }
     let child = ChildProcess(
