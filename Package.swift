@@ -12,6 +12,7 @@ let package = Package(
     .library(name: "NinePClient", targets: ["NinePClient"]),
     .library(name: "BBSServer", targets: ["BBSServer"]),
     .library(name: "BBSMount", targets: ["BBSMount"]),
+    .library(name: "BBSDiscovery", targets: ["BBSDiscovery"]),
   ],
   dependencies: [
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -24,6 +25,10 @@ let package = Package(
     // System libraries.
     .systemLibrary(name: "CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev"])]),
     .systemLibrary(name: "CBlueZ", providers: [.apt(["libbluetooth-dev"])]),
+    .systemLibrary(
+      name: "CSdBus", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
+    .systemLibrary(
+      name: "CAvahi", pkgConfig: "avahi-client", providers: [.apt(["libavahi-client-dev"])]),
 
     // Pure 9P2000 codec: messages, qids, stats, error strings <-> errno. No I/O.
     .target(name: "NinePProtocol"),
@@ -65,11 +70,19 @@ let package = Package(
         .product(name: "DequeModule", package: "swift-collections"),
       ]),
 
+    // Finding 9BBS servers: BLE (9PIS through BlueZ over sd-bus) and LAN (mDNS through Avahi).
+    .target(
+      name: "BBSDiscovery",
+      dependencies: [
+        "CSdBus", "CAvahi", "NinePTransport",
+        .product(name: "Logging", package: "swift-log"),
+      ]),
+
     // Thin executables.
     .executableTarget(
       name: "Mount9BBSCommand",
       dependencies: [
-        "BBSMount", "BBSServer", "NinePClient", "NinePTransport",
+        "BBSMount", "BBSServer", "NinePClient", "NinePTransport", "BBSDiscovery",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ],
@@ -77,7 +90,7 @@ let package = Package(
     .executableTarget(
       name: "BBSDaemonCommand",
       dependencies: [
-        "BBSServer", "NinePTransport",
+        "BBSServer", "NinePTransport", "BBSDiscovery",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ],
@@ -99,6 +112,8 @@ let package = Package(
     .testTarget(
       name: "BBSMountTests",
       dependencies: ["BBSMount", "NinePClient", "BBSServer", "TestSupport"]),
+    .testTarget(
+      name: "BBSDiscoveryTests", dependencies: ["BBSDiscovery", "NinePTransport", "TestSupport"]),
   ],
   swiftLanguageModes: [.v6]
 )

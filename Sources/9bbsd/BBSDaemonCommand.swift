@@ -2,6 +2,7 @@
 // logging, handles SIGINT/SIGTERM on a dispatch queue and waits for the server's threads.
 
 import ArgumentParser
+import BBSDiscovery
 import BBSServer
 import Dispatch
 import Foundation
@@ -62,6 +63,13 @@ struct BBSDaemonCommand: ParsableCommand {
   @Option(help: "trace, debug, info, notice, warning, error or critical.")
   var logLevel = "info"
 
+  @Option(
+    help: """
+      Advertise the TCP listeners on the LAN under this name (mDNS: _9p._tcp and _9pfs._tcp, \
+      TXT version, features, board) through avahi-daemon.
+      """)
+  var advertise: String?
+
   func validate() throws {
     guard BBSProfile(rawValue: profile) != nil else {
       throw ValidationError("--profile must be 'default' or 'device'")
@@ -73,6 +81,9 @@ struct BBSDaemonCommand: ParsableCommand {
     guard sdu >= 8 else { throw ValidationError("--sdu must be at least 8") }
     guard processingDelay >= 0 else { throw ValidationError("--processing-delay must be ≥ 0") }
     if files == nil && filesRw { throw ValidationError("--files-rw needs --files DIR") }
+    if let advertise, advertise.isEmpty || advertise.utf8.count > 63 {
+      throw ValidationError("--advertise needs a name of 1 to 63 bytes")
+    }
   }
 
   func run() throws {
@@ -100,12 +111,16 @@ struct BBSDaemonCommand: ParsableCommand {
       processingDelay: .milliseconds(processingDelay))
 
     let server: BBSServer
+    let bound: [String]
     do {
       server = try BBSServer(configuration: configuration, logger: logger)
-      try server.start()
+      bound = try server.start()
     } catch {
       logger.critical("9bbsd: \(error)")
       throw ExitCode.failure
+    }
+    let advertiser = try advertise.map { name in
+      try startAdvertising(name, listeners: bound, server: server, logger: logger)
     }
 
     let signals = DispatchQueue(label: "9bbsd.signals")
@@ -133,8 +148,48 @@ struct BBSDaemonCommand: ParsableCommand {
     // Returns once every server thread has finished: after a signal, or when the --stdio
     // session ends and nothing else listens.
     server.waitUntilStopped()
+    advertiser?.stop()
     server.stop()
     withExtendedLifetime(sources) {}
     logger.notice("9bbsd: stopped")
+  }
+
+  /// Publishes the TCP listeners over mDNS; without avahi-daemon it warns and keeps serving.
+  private func startAdvertising(
+    _ name: String, listeners bound: [String], server: BBSServer, logger: Logger
+  ) throws -> LANAdvertiser {
+    let listeners = bound.compactMap { dial -> LANAdvertiser.Listener? in
+      guard case .tcp(let host, let port)? = try? TransportAddress(parsing: dial) else {
+        return nil
+      }
+      let loopback = host.hasPrefix("127.") || host == "::1" || host == "localhost"
+      if loopback {
+        logger.warning(
+          "9bbsd: \(dial) accepts local connections only, so it is advertised on the loopback interface only; use --listen tcp!0.0.0.0!\(port) to serve the LAN"
+        )
+      }
+      return LANAdvertiser.Listener(port: port, loopbackOnly: loopback)
+    }
+    guard !listeners.isEmpty else {
+      logger.critical(
+        "9bbsd: --advertise publishes TCP listeners and there is none; add e.g. --listen tcp!0.0.0.0!5640"
+      )
+      server.stop()
+      throw ExitCode.failure
+    }
+    var features = ["chat", "messaging"]
+    if files != nil { features.append("file-sharing") }
+    let advertiser = LANAdvertiser(
+      name: name, listeners: listeners,
+      txt: [
+        ("version", "9P2000"), ("features", features.joined(separator: ",")),
+        ("board", boardName ?? name),
+      ], logger: logger)
+    do {
+      try advertiser.start()
+    } catch {
+      logger.error("9bbsd: not advertising '\(name)': \(error)")
+    }
+    return advertiser
   }
 }

@@ -9,7 +9,8 @@ enum Detacher {
   /// glibc's POSIX_SPAWN_SETSID (2.26+), which Swift does not import.
   static let spawnSetSID: Int32 = 0x80
 
-  static func spawnAndWait() -> Int32 {
+  /// Spawns the daemon with this process's arguments plus `extraArguments` and waits for it.
+  static func spawnAndWait(extraArguments: [String] = []) -> Int32 {
     var fds: [Int32] = [0, 0]
     guard pipe(&fds) == 0 else {
       Diagnostics.fail("mount9bbs: cannot create a pipe: \(String(cString: strerror(errno)))")
@@ -19,7 +20,7 @@ enum Detacher {
     _ = fcntl(readEnd, F_SETFD, FD_CLOEXEC)
 
     var arguments = Array(CommandLine.arguments.dropFirst())
-    arguments += ["--ready-fd", String(writeEnd)]
+    arguments += extraArguments + ["--ready-fd", String(writeEnd)]
     let executable =
       (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
       ?? CommandLine.arguments[0]

@@ -12,6 +12,9 @@ struct MountDaemon {
   let options: ParsedOptions
   let debug: Bool
   let readyFD: Int32?
+  /// Addresses tried in turn when `address` refuses the connection (a named board's other
+  /// PSMs).
+  var fallbacks: [TransportAddress] = []
 
   /// Runs the mount; returns the process exit code.
   func run() -> Int32 {
@@ -58,21 +61,12 @@ struct MountDaemon {
     let configuration = SessionConfiguration(
       profile: profile, uname: options.uname, aname: options.aname, requestedMsize: options.msize,
       requestTimeout: options.timeout)
-    var policy = ReconnectPolicy()
-    policy.enabled = options.reconnect
-    policy.keepaliveInterval = options.keepalive
-    let pool = Pool(
-      address: target, configuration: configuration, maxSessions: options.sessions ?? 2,
-      policy: policy, logger: logger)
-    do {
-      try pool.start()
-    } catch {
-      throw .connect(address: target.description, error)
-    }
+    let pool = try connect([target] + (address == nil ? [] : fallbacks), configuration, logger)
     defer { pool.close() }
     let primary = pool.primary
     logger.info(
-      "connected to \(target) (\(profile) profile, msize \(primary.msize), uname \(options.uname))")
+      "connected to \(pool.address) (\(profile) profile, msize \(primary.msize), uname \(options.uname))"
+    )
 
     var mountOptions = MountOptions(uid: getuid(), gid: getgid())
     mountOptions.readOnly = options.readOnly
@@ -127,6 +121,31 @@ struct MountDaemon {
     }
     fileSystem.shutdown()
     logger.info("unmounted \(mountpoint)")
+  }
+
+  /// Starts a pool on the first candidate that accepts the connection.
+  private func connect(
+    _ candidates: [TransportAddress], _ configuration: SessionConfiguration, _ logger: Logger
+  ) throws(MountError) -> Pool {
+    var index = 0
+    while true {
+      let candidate = candidates[index]
+      var policy = ReconnectPolicy()
+      policy.enabled = options.reconnect
+      policy.keepaliveInterval = options.keepalive
+      let pool = Pool(
+        address: candidate, configuration: configuration, maxSessions: options.sessions ?? 2,
+        policy: policy, logger: logger)
+      do {
+        try pool.start()
+        return pool
+      } catch .transport(.connectFailed(_, let reason)) where index + 1 < candidates.count {
+        logger.notice("\(candidate): \(reason); trying \(candidates[index + 1])")
+        index += 1
+      } catch {
+        throw .connect(address: candidate.description, error)
+      }
+    }
   }
 
   private func signalReady() {

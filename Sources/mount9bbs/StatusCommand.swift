@@ -5,7 +5,7 @@ import Foundation
 /// `mount9bbs status MOUNTPOINT [--json]`: the link, sessions, outbox and rooms of a mount.
 struct StatusCommand: ParsableCommand {
   static let configuration = CommandConfiguration(
-    commandName: "status",
+    commandName: "mount9bbs status",
     abstract: "Show the link, sessions, outbox and room feeds of a mount.")
 
   @Flag(help: "Print the status as JSON.")
