@@ -466,9 +466,7 @@ public final class Session: @unchecked Sendable {
         state.statistics.messagesSent += 1
         state.statistics.bytesSent += UInt64(frame.count)
         condition.unlock()
-        if configuration.profile == .device || logger.logLevel <= .trace {
-          logger.trace("→ \(first.message) tag=\(tag)")
-        }
+        logger.trace("→ \(first.message) tag=\(tag)")
         do {
           try transport.send(frame)
         } catch {
@@ -567,6 +565,7 @@ public final class Session: @unchecked Sendable {
 
   /// Matches a reply to its request. Returns a protocol-violation text, or nil.
   private func handleReply(tag: Tag, message: Message, frameSize: Int) -> String? {
+    logger.trace("← \(message) tag=\(tag)")
     condition.lock()
     state.statistics.messagesReceived += 1
     state.statistics.bytesReceived += UInt64(frameSize)

@@ -1,0 +1,81 @@
+import Foundation
+import Glibc
+import TestSupport
+import XCTest
+
+/// A room file behaves like a growing file for the other tools users reach for: `head -n 3`
+/// ends, `grep --line-buffered` streams, `O_NONBLOCK` gets EAGAIN at the end, `poll()` wakes
+/// on a new line, and `stat` sees the size grow.
+final class RoomFileTests: XCTestCase {
+  func testHeadGrepNonBlockingPollAndGrowthMultiplex() throws {
+    try headGrepNonBlockingPollAndGrowth(.multiplexTCP)
+  }
+
+  func testHeadGrepNonBlockingPollAndGrowthDevice() throws {
+    try headGrepNonBlockingPollAndGrowth(.deviceSeqpacket)
+  }
+
+  private func post(_ rig: MountRig, _ text: String) throws {
+    let result = try shell("echo '\(text)' > \(rig.path("chat/post"))")
+    XCTAssertEqual(result.status, 0, result.output)
+  }
+
+  private func headGrepNonBlockingPollAndGrowth(_ setup: Setup) throws {
+    let rig = try MountRig.start(setup, for: self)
+    let room = rig.path("chat/lobby")
+    for line in ["alpha 1", "beta 2", "gamma 3", "delta 4"] { try post(rig, line) }
+
+    // head ends after three lines of a file that never ends.
+    let head = try shell("head -n 3 \(room)", timeout: 20)
+    XCTAssertEqual(head.status, 0, head.output)
+    XCTAssertEqual(
+      head.output.split(separator: "\n").map { $0.split(separator: " ", maxSplits: 1).last ?? "" },
+      ["root: alpha 1", "root: beta 2", "root: gamma 3"])
+
+    // grep --line-buffered streams matching lines as they come.
+    let grep = ChildProcess("/bin/sh", ["-c", "exec grep --line-buffered needle \(room)"])
+    try grep.start()
+    addTeardownBlock { grep.stop(grace: 1) }
+    XCTAssertTrue(waitUntil(timeout: 10) { grep.isRunning })
+    try post(rig, "hay")
+    try post(rig, "a needle here")
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { grep.text.contains("a needle here") }, "grep got: \(grep.text)")
+    XCTAssertFalse(grep.text.contains("hay"))
+
+    // O_NONBLOCK at the end is EAGAIN; poll() waits, then wakes for the next line; the size
+    // fstat sees grows with it.
+    let fd = open(room, O_RDONLY | O_NONBLOCK)
+    XCTAssertGreaterThanOrEqual(fd, 0, String(cString: strerror(errno)))
+    defer { close(fd) }
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    var total = 0
+    while true {
+      let count = read(fd, &buffer, buffer.count)
+      if count > 0 {
+        total += count
+        continue
+      }
+      XCTAssertEqual(count, -1)
+      XCTAssertEqual(
+        errno, EAGAIN, "expected EAGAIN at the end, got \(String(cString: strerror(errno)))")
+      break
+    }
+    var info = stat()
+    XCTAssertEqual(fstat(fd, &info), 0)
+    XCTAssertEqual(Int(info.st_size), total, "st_size is the transcript length")
+    var pollfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+    XCTAssertEqual(poll(&pollfd, 1, 0), 0, "readable with nothing new")
+    try post(rig, "wake up")
+    pollfd.revents = 0
+    XCTAssertEqual(poll(&pollfd, 1, 10_000), 1, "poll did not wake for a new line")
+    XCTAssertNotEqual(pollfd.revents & Int16(POLLIN), 0)
+    let count = read(fd, &buffer, buffer.count)
+    XCTAssertGreaterThan(count, 0)
+    XCTAssertTrue(
+      String(decoding: buffer[..<max(0, count)], as: UTF8.self).hasSuffix("root: wake up\n"))
+    XCTAssertEqual(fstat(fd, &info), 0)
+    XCTAssertEqual(Int(info.st_size), total + count, "fstat sees the growth at once")
+    XCTAssertEqual(rig.server.violations, [], "device rules broken")
+  }
+}
