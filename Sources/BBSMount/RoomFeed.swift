@@ -12,8 +12,8 @@ import NinePProtocol
 /// end. A 0-byte Rread is never end-of-file: it means "nothing yet", "cancelled" or "no
 /// parking slot"; when such replies come back at once the feed backs off instead of spinning.
 /// When more feeds share a session than it has parking slots, the reads beyond the slots wait
-/// in the client's queue, and a parked read in a quiet room would keep its slot for ever: so a
-/// parked read gives its slot up after a turn while others wait (see ``turn``).
+/// in the session's queue; the session rotates the slots (see
+/// ``SessionConfiguration/parkingTurn``) and a feed whose read was flushed reads again.
 final class RoomFeed: @unchecked Sendable {
   let room: String
   let path: [String]
@@ -50,8 +50,6 @@ final class RoomFeed: @unchecked Sendable {
   static let maximumBackoff: Duration = .seconds(2)
   /// A reply faster than this that carries nothing counts as "instant" and backs off.
   static let instantReply: Duration = .milliseconds(20)
-  /// How long a read keeps a parking slot while other feeds' reads wait for one.
-  static let turn: Duration = .seconds(1)
 
   init(room: String, path: [String], pool: Pool, logger: Logger) {
     self.room = room
@@ -266,25 +264,6 @@ final class RoomFeed: @unchecked Sendable {
     lock.lock()
     if generation == self.generation && readToken == token { inFlight = (session, handle) }
     lock.unlock()
-    scheduleTurn(session: session, token: token, generation: generation)
-  }
-
-  /// After a ``turn``, gives up the read's parking slot if other reads wait for one on its
-  /// session (a read still parked by then is in a quiet room): Tflush, and the completion
-  /// queues the read again behind them. A message that crosses the flush is delivered.
-  private func scheduleTurn(session: Session, token: UInt64, generation: UInt64) {
-    DispatchQueue.global().asyncAfter(deadline: .now() + Self.turn.seconds) { [self] in
-      lock.lock()
-      let reading = generation == self.generation && readToken == token ? inFlight : nil
-      lock.unlock()
-      guard let reading, reading.session === session else { return }
-      if session.parkableLoad > session.configuration.maxParkedReads {
-        logger.debug("room feed \(room): giving up a parking slot to waiting feeds")
-        session.cancel(reading.handle)
-      } else {
-        scheduleTurn(session: session, token: token, generation: generation)
-      }
-    }
   }
 
   private func received(

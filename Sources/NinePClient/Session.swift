@@ -443,6 +443,7 @@ public final class Session: @unchecked Sendable {
         condition.lock()
         continue
       }
+      rotateParkedReadsLocked(now: now)
       // Requests go in order, but one the profile holds back (a second read on a fid, a
       // parked read with no free slot) does not hold back the others.
       if let index = state.queue.firstIndex(where: { canSendLocked($0, now: now) }) {
@@ -491,9 +492,37 @@ public final class Session: @unchecked Sendable {
   }
 
   /// The next instant the writer must look again without a signal: a deadline or busy grace.
+  /// Reads that wait for a parking slot, and the parked read that has held its slot longest
+  /// (nil when nobody waits): a quiet room must not keep a slot from a busy one for ever.
+  private func parkingContentionLocked() -> (waiting: Int, oldest: Pending?) {
+    guard state.parked >= configuration.maxParkedReads else { return (0, nil) }
+    let waiting = state.queue.reduce(0) { $0 + ($1.mayPark ? 1 : 0) }
+    guard waiting > 0 else { return (0, nil) }
+    let oldest = state.inFlight.values.filter { $0.mayPark && !$0.flushing && !$0.settled }
+      .min { ($0.sentAt ?? .now) < ($1.sentAt ?? .now) }
+    return (waiting, oldest)
+  }
+
+  /// When reads wait for a parking slot, the read parked longest gives its slot up after
+  /// ``SessionConfiguration/parkingTurn``: it is flushed, and its owner (which sees `.flushed`,
+  /// or the empty Rread a device sends before Rflush) reads again, queueing behind the others.
+  /// Costs nothing while there are enough slots.
+  private func rotateParkedReadsLocked(now: ContinuousClock.Instant) {
+    let (_, oldest) = parkingContentionLocked()
+    guard let oldest, let sentAt = oldest.sentAt,
+      sentAt.duration(to: now) >= configuration.parkingTurn
+    else { return }
+    logger.debug("a parked read gives up its slot to a waiting one")
+    enqueueFlushLocked(oldest)
+  }
+
   private func nextWakeLocked() -> ContinuousClock.Instant? {
     var wake: ContinuousClock.Instant? = nil
     if let until = state.busyUntil, until > .now, !state.queue.isEmpty { wake = until }
+    if let sentAt = parkingContentionLocked().oldest?.sentAt {
+      let turn = sentAt + configuration.parkingTurn
+      wake = min(wake ?? turn, turn)
+    }
     for pending in state.byID.values {
       if let deadline = pending.deadline, !pending.abandoned {
         wake = min(wake ?? deadline, deadline)

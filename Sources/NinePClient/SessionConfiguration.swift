@@ -41,6 +41,8 @@ public struct SessionConfiguration: Sendable {
   /// request, more when its one worker serves several channels; sending the next SDU before
   /// the read has parked kills the channel.
   public var parkGrace: Duration
+  /// How long a parked read keeps its slot while other reads wait for one.
+  public var parkingTurn: Duration = .seconds(1)
 
   public init(
     profile: ServerProfile, uname: String, aname: String = "", requestedMsize: UInt32? = nil,

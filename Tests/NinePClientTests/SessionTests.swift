@@ -385,3 +385,32 @@ final class FlushTagReuseTests: XCTestCase {
     XCTAssertNotNil(readTag)
   }
 }
+
+/// A quiet parked read must not keep its slot from a read that waits for one.
+final class ParkingRotationTests: XCTestCase {
+  func testParkedReadGivesUpItsSlotAfterATurn() throws {
+    let (client, server) = MemoryTransport.pair()
+    let peer = ScriptedServer(transport: server) { server, tag, message in
+      if case .tflush = message { server.reply(tag, .rflush) }
+    }
+    var configuration = SessionConfiguration(profile: .multiplex, uname: "u")
+    configuration.maxParkedReads = 1
+    configuration.parkingTurn = .milliseconds(100)
+    let session = try Session.connect(transport: client, configuration: configuration)
+    defer { session.close() }
+    let first = expectation(description: "first read flushed")
+    session.read(1, offset: 0, count: 10, mayPark: true) { result in
+      guard case .failure(.flushed) = result else { return XCTFail("\(result)") }
+      first.fulfill()
+    }
+    session.read(2, offset: 0, count: 10, mayPark: true) { _ in }
+    wait(for: [first], timeout: 5)
+    XCTAssertTrue(
+      waitUntil(timeout: 5) {
+        peer.requests.contains { if case .tread(2, _, _) = $0.message { true } else { false } }
+      }, "the waiting read never got the slot")
+    // No rotation without contention: the second read keeps its slot.
+    Thread.sleep(forTimeInterval: 0.3)
+    XCTAssertEqual(peer.requests.filter { $0.message.type == .tflush }.count, 1)
+  }
+}
