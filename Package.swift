@@ -65,6 +65,9 @@ let package = Package(
         .product(name: "DequeModule", package: "swift-collections"),
       ]),
 
+    // A user-space link emulator (delay, rate, SDU size) between clients and a server socket.
+    .target(name: "LinkEmulation", dependencies: ["NinePTransport"]),
+
     // Thin executables.
     .executableTarget(
       name: "Mount9BBSCommand",
@@ -96,6 +99,7 @@ let package = Package(
     .testTarget(
       name: "BBSServerTests",
       dependencies: ["BBSServer", "NinePProtocol", "NinePTransport", "NinePClient", "TestSupport"]),
+    .testTarget(name: "LinkEmulationTests", dependencies: ["LinkEmulation", "NinePTransport"]),
     .testTarget(
       name: "BBSMountTests",
       dependencies: ["BBSMount", "NinePClient", "BBSServer", "TestSupport"]),
