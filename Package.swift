@@ -7,6 +7,7 @@ let package = Package(
   products: [
     .executable(name: "mount9bbs", targets: ["Mount9BBSCommand"]),
     .executable(name: "9bbsd", targets: ["BBSDaemonCommand"]),
+    .executable(name: "mount9bbs-bench", targets: ["BenchCommand"]),
     .library(name: "NinePProtocol", targets: ["NinePProtocol"]),
     .library(name: "NinePTransport", targets: ["NinePTransport"]),
     .library(name: "NinePClient", targets: ["NinePClient"]),
@@ -85,6 +86,13 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "Sources/9bbsd"),
+    .executableTarget(
+      name: "BenchCommand",
+      dependencies: [
+        "LinkEmulation", "NinePClient", "NinePTransport", "NinePProtocol",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+      ],
+      path: "Sources/mount9bbs-bench"),
 
     // Tests.
     .target(
