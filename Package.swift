@@ -7,6 +7,7 @@ let package = Package(
   products: [
     .executable(name: "mount9bbs", targets: ["Mount9BBSCommand"]),
     .executable(name: "9bbsd", targets: ["BBSDaemonCommand"]),
+    .executable(name: "mount9bbs-bench", targets: ["BenchCommand"]),
     .library(name: "NinePProtocol", targets: ["NinePProtocol"]),
     .library(name: "NinePTransport", targets: ["NinePTransport"]),
     .library(name: "NinePClient", targets: ["NinePClient"]),
@@ -78,6 +79,9 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
       ]),
 
+    // A user-space link emulator (delay, rate, SDU size) between clients and a server socket.
+    .target(name: "LinkEmulation", dependencies: ["NinePTransport"]),
+
     // Thin executables.
     .executableTarget(
       name: "Mount9BBSCommand",
@@ -95,6 +99,13 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "Sources/9bbsd"),
+    .executableTarget(
+      name: "BenchCommand",
+      dependencies: [
+        "LinkEmulation", "NinePClient", "NinePTransport", "NinePProtocol",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+      ],
+      path: "Sources/mount9bbs-bench"),
 
     // Tests.
     .target(
@@ -109,6 +120,7 @@ let package = Package(
     .testTarget(
       name: "BBSServerTests",
       dependencies: ["BBSServer", "NinePProtocol", "NinePTransport", "NinePClient", "TestSupport"]),
+    .testTarget(name: "LinkEmulationTests", dependencies: ["LinkEmulation", "NinePTransport"]),
     .testTarget(
       name: "BBSMountTests",
       dependencies: ["BBSMount", "NinePClient", "BBSServer", "TestSupport"]),

@@ -1,0 +1,171 @@
+// mount9bbs-bench: the benchmark of issue 5. Starts its own 9bbsd with a file area (a large
+// file and a 1000-file directory), mounts it with the built mount9bbs, and measures in one run:
+// cat through the mount next to the bare-FUSE ceiling (libfuse's passthrough_ll, compiled here)
+// and loopback TCP; the 9P client alone; ls -l and stat, idle and with 20 blocked room readers;
+// chat delivery latency with 1/10/50 readers; daemon CPU and RSS with 100 idle streams and with
+// 8 feeds against a device-profile server; and cat, metadata and delivery again over an
+// emulated BLE link (LinkEmulation) in front of a device-profile 9bbsd on seqpacket.
+//
+// Everything runs in the calling thread, one section after the other; helpers start threads
+// for readers and pipelined reads. Children are spawned by `Supervisor`, which unmounts and
+// kills whatever is left on every way out (normal end, error, SIGINT/SIGTERM).
+
+import ArgumentParser
+import Dispatch
+import Foundation
+import Glibc
+
+@main
+struct BenchCommand: ParsableCommand {
+  static let configuration = CommandConfiguration(
+    commandName: "mount9bbs-bench",
+    abstract: "Benchmark mount9bbs against bare FUSE, the raw client and an emulated BLE link.",
+    discussion: """
+      Run as root from a release build: swift build -c release && \
+      swift run -c release mount9bbs-bench. Sections: cat, client, meta, chat, daemon, ble.
+      """)
+
+  @Option(help: "Comma-separated sections: cat,client,meta,chat,daemon,ble (default: all).")
+  var sections = "cat,client,meta,chat,daemon,ble"
+
+  @Option(help: "Runs per throughput measurement (medians are reported).")
+  var runs = 5
+
+  @Flag(help: "A quick run (under a minute): 2 runs, 16 MiB, fewer samples, short windows.")
+  var quick = false
+
+  @Option(help: "Size of the large file, MiB.")
+  var sizeMib = 64
+
+  @Option(help: "Posts per chat-delivery measurement.")
+  var posts = 30
+
+  @Option(help: "stat() calls per latency measurement.")
+  var statSamples = 300
+
+  @Option(help: "Seconds of each CPU/RSS window.")
+  var window = 3.0
+
+  @Option(help: "Size of the file read over the emulated BLE link, KiB.")
+  var bleKib = 256
+
+  @Option(help: "Runs over the emulated BLE link.")
+  var bleRuns = 3
+
+  @Option(help: "Emulated link round-trip time, ms.")
+  var bleRtt = 30.0
+
+  @Option(help: "Emulated link rate, bytes/s.")
+  var bleRate = 125_000
+
+  @Option(help: "Emulated link SDU size, bytes.")
+  var bleSdu = 245
+
+  @Option(help: "Directory for mount points, sockets and logs (default /tmp/mount9bbs-bench.PID).")
+  var workDir: String?
+
+  @Option(help: "The 9bbsd executable (default: next to this one).")
+  var bbsd: String?
+
+  @Option(help: "The mount9bbs executable (default: next to this one).")
+  var mount9bbs: String?
+
+  @Flag(help: "Print the results as JSON instead of a table.")
+  var json = false
+
+  func run() throws {
+    var empty = sigset_t()
+    sigemptyset(&empty)
+    pthread_sigmask(SIG_SETMASK, &empty, nil)
+    signal(SIGPIPE, SIG_IGN)
+    guard getuid() == 0 else { throw BenchError("run as root (FUSE mounts, drop_caches)") }
+
+    var settings = BenchSettings(command: self)
+    if quick {
+      settings.runs = min(runs, 2)
+      settings.sizeMiB = min(sizeMib, 16)
+      settings.posts = min(posts, 10)
+      settings.statSamples = min(statSamples, 100)
+      settings.window = min(window, 1.5)
+      settings.bleKiB = min(bleKib, 64)
+      settings.bleRuns = 1
+    }
+    let bench = try Bench(settings: settings)
+
+    let signals = DispatchQueue(label: "bench.signals")
+    var sources: [any DispatchSourceSignal] = []
+    for number in [SIGINT, SIGTERM, SIGHUP] {
+      signal(number, SIG_IGN)
+      let source = DispatchSource.makeSignalSource(signal: number, queue: signals)
+      source.setEventHandler {
+        log("interrupted: cleaning up")
+        bench.cleanUp()
+        Glibc.exit(130)
+      }
+      source.resume()
+      sources.append(source)
+    }
+    defer { withExtendedLifetime(sources) {} }
+
+    do {
+      try bench.runAll()
+    } catch {
+      bench.cleanUp()
+      throw error
+    }
+    bench.cleanUp()
+    if json {
+      let encoder = JSONEncoder()
+      encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+      let report = Report(settings: bench.settingsDescription, rows: bench.rows)
+      print(String(decoding: try encoder.encode(report), as: UTF8.self))
+    } else {
+      print(bench.table())
+    }
+  }
+}
+
+struct Report: Codable {
+  var settings: [String: String]
+  var rows: [Row]
+}
+
+struct BenchSettings {
+  var sections: Set<String>
+  var runs: Int
+  var sizeMiB: Int
+  var posts: Int
+  var statSamples: Int
+  var window: Double
+  var bleKiB: Int
+  var bleRuns: Int
+  var bleRTTms: Double
+  var bleRate: Int
+  var bleSDU: Int
+  var workDir: String?
+  var bbsd: String?
+  var mount9bbs: String?
+
+  init(command: BenchCommand) {
+    sections = Set(command.sections.split(separator: ",").map { String($0) })
+    runs = max(1, command.runs)
+    sizeMiB = max(1, command.sizeMib)
+    posts = max(1, command.posts)
+    statSamples = max(10, command.statSamples)
+    window = max(0.5, command.window)
+    bleKiB = max(8, command.bleKib)
+    bleRuns = max(1, command.bleRuns)
+    bleRTTms = command.bleRtt
+    bleRate = command.bleRate
+    bleSDU = command.bleSdu
+    workDir = command.workDir
+    bbsd = command.bbsd
+    mount9bbs = command.mount9bbs
+  }
+}
+
+/// Progress on stderr.
+func log(_ message: String) {
+  let line = "bench: " + message + "\n"
+  _ = line.utf8CString.withUnsafeBufferPointer { write(2, $0.baseAddress, $0.count - 1) }
+}

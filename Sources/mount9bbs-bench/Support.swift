@@ -1,0 +1,325 @@
+import Dispatch
+import Foundation
+import Glibc
+import NinePClient
+import NinePProtocol
+import NinePTransport
+
+/// One line of the results.
+struct Row: Codable, Sendable {
+  var section: String
+  var metric: String
+  var value: Double?
+  var unit: String
+  var detail: String
+
+  init(_ section: String, _ metric: String, _ value: Double?, _ unit: String, _ detail: String = "")
+  {
+    self.section = section
+    self.metric = metric
+    self.value = value.flatMap { $0.isFinite ? $0 : nil }
+    self.unit = unit
+    self.detail = detail
+  }
+}
+
+enum Stats {
+  static func median(_ values: [Double]) -> Double? {
+    guard !values.isEmpty else { return nil }
+    let sorted = values.sorted()
+    let middle = sorted.count / 2
+    return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+  }
+
+  /// Nearest-rank percentile.
+  static func percentile(_ values: [Double], _ p: Double) -> Double? {
+    guard !values.isEmpty else { return nil }
+    let sorted = values.sorted()
+    let rank = Int((p / 100 * Double(sorted.count)).rounded(.up))
+    return sorted[min(max(rank, 1), sorted.count) - 1]
+  }
+
+  static func ratio(_ a: Double?, _ b: Double?) -> Double? {
+    guard let a, let b, b != 0 else { return nil }
+    return a / b
+  }
+}
+
+/// Waits for a callback-style 9P operation.
+func blocking<T: Sendable>(
+  _ body: (@escaping @Sendable (Result<T, NinePError>) -> Void) -> Void
+) throws -> T {
+  let box = Box<Result<T, NinePError>>()
+  body { box.set($0) }
+  guard let result = box.wait(seconds: 60) else { throw BenchError("9P request timed out") }
+  return try result.get()
+}
+
+/// A one-shot value handed between threads.
+final class Box<T>: @unchecked Sendable {
+  private let condition = NSCondition()
+  private var value: T?
+
+  func set(_ value: T) {
+    condition.lock()
+    self.value = value
+    condition.broadcast()
+    condition.unlock()
+  }
+
+  func wait(seconds: Double) -> T? {
+    condition.lock()
+    defer { condition.unlock() }
+    let deadline = Date(timeIntervalSinceNow: seconds)
+    while value == nil { if !condition.wait(until: deadline) { break } }
+    return value
+  }
+}
+
+/// A 9P client session straight to the server (no FUSE).
+struct DirectClient {
+  let session: Session
+
+  init(address: TransportAddress, profile: ServerProfile, uname: String) throws {
+    let transport = try dial(address)
+    session = try Session.connect(
+      transport: transport,
+      configuration: SessionConfiguration(profile: profile, uname: uname))
+  }
+
+  func openFile(_ path: String, mode: OpenMode) throws -> Fid {
+    let walked: WalkResult = try blocking { session.walk(Session.components(path), completion: $0) }
+    _ = try blocking { session.open(walked.fid, mode: mode, completion: $0) }
+    return walked.fid
+  }
+
+  /// Posts `payload` on an open /chat/post fid.
+  func post(_ fid: Fid, _ text: String) throws {
+    _ = try blocking { session.write(fid, offset: 0, data: Array(text.utf8), completion: $0) }
+  }
+
+  /// Reads `size` bytes from offset 0 with `depth` Treads in flight; returns bytes read.
+  func read(_ fid: Fid, size: Int, depth: Int) throws -> Int {
+    let count = session.maxReadCount
+    let state = PipelineState()
+    let done = Box<Result<Int, NinePError>>()
+    let session = self.session
+    @Sendable func issue(_ offset: Int) {
+      session.read(fid, offset: UInt64(offset), count: count) { result in
+        let next = state.complete(result, size: size, chunk: Int(count))
+        switch next {
+        case .issue(let offset): issue(offset)
+        case .finished(let result): done.set(result)
+        case .wait: break
+        }
+      }
+    }
+    for offset in state.start(size: size, chunk: Int(count), depth: depth) { issue(offset) }
+    guard let result = done.wait(seconds: 300) else { throw BenchError("read timed out") }
+    return try result.get()
+  }
+
+  func close() { session.close() }
+}
+
+/// Bookkeeping of a pipelined read.
+final class PipelineState: @unchecked Sendable {
+  enum Next {
+    case issue(Int)
+    case wait
+    case finished(Result<Int, NinePError>)
+  }
+
+  private let lock = NSLock()
+  private var nextOffset = 0
+  private var inFlight = 0
+  private var total = 0
+  private var failure: NinePError?
+
+  func start(size: Int, chunk: Int, depth: Int) -> [Int] {
+    lock.withLock {
+      var offsets: [Int] = []
+      while offsets.count < depth && nextOffset < size {
+        offsets.append(nextOffset)
+        nextOffset += chunk
+      }
+      inFlight = offsets.count
+      return offsets
+    }
+  }
+
+  func complete(_ result: Result<[UInt8], NinePError>, size: Int, chunk: Int) -> Next {
+    lock.withLock {
+      inFlight -= 1
+      switch result {
+      case .success(let data): total += data.count
+      case .failure(let error): failure = error
+      }
+      if failure == nil && nextOffset < size {
+        let offset = nextOffset
+        nextOffset += chunk
+        inFlight += 1
+        return .issue(offset)
+      }
+      if inFlight == 0 {
+        if let failure { return .finished(.failure(failure)) }
+        return .finished(.success(total))
+      }
+      return .wait
+    }
+  }
+}
+
+/// A reader blocked in read() at the end of a room file of a mount, recording when each
+/// `#b<seq>#` token arrives. Ends on `#bEND#`.
+final class RoomReader: @unchecked Sendable {
+  let path: String
+  private var fd: Int32 = -1
+  private var opened = false
+  private let condition = NSCondition()
+  private var arrivals: [Int: Int64] = [:]
+  private var finished = false
+
+  init(path: String) throws {
+    self.path = path
+  }
+
+  /// Opens the room in the reader's own thread (opening a room can wait for the server) and
+  /// reads from its current end.
+  func start() {
+    Thread.detachNewThread { [self] in
+      let descriptor = open(path, O_RDONLY)
+      condition.lock()
+      fd = descriptor
+      opened = descriptor >= 0
+      if descriptor < 0 { finished = true }
+      condition.broadcast()
+      condition.unlock()
+      guard descriptor >= 0 else { return }
+      var info = stat()
+      fstat(descriptor, &info)
+      run(from: Int64(info.st_size))
+    }
+  }
+
+  /// True once the room is open, waiting up to `seconds`.
+  func waitOpened(seconds: Double) -> Bool {
+    condition.lock()
+    defer { condition.unlock() }
+    let deadline = Date(timeIntervalSinceNow: seconds)
+    while !opened && !finished { if !condition.wait(until: deadline) { break } }
+    return opened
+  }
+
+  private func run(from start: Int64) {
+    var offset = start
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    loop: while true {
+      let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 65536, Int(offset)) }
+      if count <= 0 {
+        if count < 0 && errno == EINTR { continue }
+        break
+      }
+      let now = Clock.now
+      offset += Int64(count)
+      let text = String(decoding: buffer[0..<count], as: UTF8.self)
+      var tokens: [Int] = []
+      var ended = false
+      for piece in text.split(separator: "#b").dropFirst() {
+        guard let close = piece.firstIndex(of: "#") else { continue }
+        let token = piece[..<close]
+        if token == "END" { ended = true } else if let seq = Int(token) { tokens.append(seq) }
+      }
+      condition.lock()
+      for seq in tokens where arrivals[seq] == nil { arrivals[seq] = now }
+      condition.broadcast()
+      condition.unlock()
+      if ended { break loop }
+    }
+    condition.lock()
+    finished = true
+    condition.broadcast()
+    condition.unlock()
+    Glibc.close(fd)
+  }
+
+  /// When `seq` arrived, waiting up to `seconds`.
+  func arrival(of seq: Int, seconds: Double) -> Int64? {
+    condition.lock()
+    defer { condition.unlock() }
+    let deadline = Date(timeIntervalSinceNow: seconds)
+    while arrivals[seq] == nil && !finished {
+      if !condition.wait(until: deadline) { break }
+    }
+    return arrivals[seq]
+  }
+
+  func waitFinished(seconds: Double) -> Bool {
+    condition.lock()
+    defer { condition.unlock() }
+    let deadline = Date(timeIntervalSinceNow: seconds)
+    while !finished { if !condition.wait(until: deadline) { break } }
+    return finished
+  }
+}
+
+/// Loopback TCP bulk transfer rate, MB/s.
+func loopbackTCPRate(bytes: Int) -> Double? {
+  let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+  defer { Glibc.close(listener) }
+  var address = sockaddr_in()
+  address.sin_family = sa_family_t(AF_INET)
+  address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
+  var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+  let ok = withUnsafeMutablePointer(to: &address) {
+    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+      bind(listener, $0, length) == 0 && listen(listener, 1) == 0
+        && getsockname(listener, $0, &length) == 0
+    }
+  }
+  guard ok else { return nil }
+  let target = address
+  let start = Clock.now
+  Thread.detachNewThread {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { Glibc.close(fd) }
+    var peer = target
+    let connected = withUnsafePointer(to: &peer) {
+      $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+        connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+      }
+    }
+    guard connected else { return }
+    let chunk = [UInt8](repeating: 0x5A, count: 256 * 1024)
+    var sent = 0
+    while sent < bytes {
+      let count = chunk.withUnsafeBytes { send(fd, $0.baseAddress, min($0.count, bytes - sent), 0) }
+      if count <= 0 { return }
+      sent += count
+    }
+  }
+  let fd = accept(listener, nil, nil)
+  guard fd >= 0 else { return nil }
+  defer { Glibc.close(fd) }
+  var buffer = [UInt8](repeating: 0, count: 256 * 1024)
+  var received = 0
+  while received < bytes {
+    let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+    if count <= 0 { break }
+    received += count
+  }
+  return Double(received) / Clock.seconds(since: start) / 1e6
+}
+
+/// stat() latencies in ms over `paths`, cycling.
+func statLatencies(_ paths: [String], samples: Int) -> [Double] {
+  var result: [Double] = []
+  result.reserveCapacity(samples)
+  var info = stat()
+  for index in 0..<samples {
+    let start = Clock.now
+    _ = stat(paths[index % paths.count], &info)
+    result.append(Double(Clock.now - start) / 1e6)
+  }
+  return result
+}
