@@ -304,8 +304,8 @@ final class RoomFeed: @unchecked Sendable {
     let delay = backoff
     let growth = data.isEmpty ? nil : onGrowth
     lock.unlock()
-    for callback in ready { callback() }
-    growth?()
+    // The next read goes out first, so the server has it parked by the next post; then the
+    // waiting readers are answered, several at a time when there are many.
     if delay == .zero {
       readNext(session: session, fid: fid, generation: generation)
     } else {
@@ -313,6 +313,13 @@ final class RoomFeed: @unchecked Sendable {
         readNext(session: session, fid: fid, generation: generation)
       }
     }
+    if ready.count > 4 {
+      let callbacks = ready
+      DispatchQueue.concurrentPerform(iterations: callbacks.count) { callbacks[$0]() }
+    } else {
+      for callback in ready { callback() }
+    }
+    growth?()
   }
 
   private func failed(_ error: NinePError, generation: UInt64) {

@@ -118,6 +118,9 @@ public final class Session: @unchecked Sendable {
     var closedReason: String?
     var statistics = SessionStatistics()
     var loggedOversize = false
+    /// When the sleeping writer will look again by itself; nil while it runs or sleeps until
+    /// signalled.
+    var writerWakesAt: ContinuousClock.Instant?
   }
 
   private init(
@@ -242,8 +245,23 @@ public final class Session: @unchecked Sendable {
         configuration.requestTimeout
       }
     if let timeout { pending.deadline = .now + timeout }
-    state.queue.append(pending)
     state.byID[id] = pending
+    // Multiplex fast path: with nothing queued and a free tag, send on the caller's thread
+    // instead of handing over to the writer (a thread hop and two context switches).
+    let now = ContinuousClock.now
+    if configuration.profile == .multiplex && state.queue.isEmpty
+      && canSendLocked(pending, now: now)
+    {
+      let frame = dispatchLocked(pending, now: now)
+      // The writer expires timeouts; wake it only if it would otherwise sleep past this one.
+      if let deadline = pending.deadline, state.writerWakesAt.map({ deadline < $0 }) ?? true {
+        condition.signal()
+      }
+      condition.unlock()
+      _ = transmit(frame, pending)
+      return RequestHandle(id: id)
+    }
+    state.queue.append(pending)
     condition.signal()
     condition.unlock()
     return RequestHandle(id: id)
@@ -448,36 +466,15 @@ public final class Session: @unchecked Sendable {
       // parked read with no free slot) does not hold back the others.
       if let index = state.queue.firstIndex(where: { canSendLocked($0, now: now) }) {
         let first = state.queue.remove(at: index)
-        let tag = state.freeTags.removeLast()
-        first.tag = tag
-        first.sentAt = now
-        state.inFlight[tag] = first
-        if first.mayPark {
-          state.parked += 1
-          if configuration.profile == .device {
-            // The device gives no sign that a read has parked: wait long enough for it to
-            // have been processed, which on a loaded board takes a few round trips.
-            state.busyUntil = now + max(configuration.parkGrace, state.statistics.roundTrip * 3)
-          }
-        } else if configuration.profile == .device {
-          state.busyTag = tag
-        }
-        if let fid = first.readFid { state.readingFids.insert(fid) }
-        let frame = first.message.encoded(tag: tag)
-        state.statistics.messagesSent += 1
-        state.statistics.bytesSent += UInt64(frame.count)
+        let frame = dispatchLocked(first, now: now)
         condition.unlock()
-        logger.trace("→ \(first.message) tag=\(tag)")
-        do {
-          try transport.send(frame)
-        } catch {
-          close(reason: "send failed: \(error)")
-          return
-        }
+        guard transmit(frame, first) else { return }
         condition.lock()
         continue
       }
       let wake = nextWakeLocked()
+      state.writerWakesAt = wake
+      defer { state.writerWakesAt = nil }
       if let wake {
         let interval = now.duration(to: wake)
         let seconds =
@@ -489,6 +486,42 @@ public final class Session: @unchecked Sendable {
       }
     }
     condition.unlock()
+  }
+
+  /// Gives `pending` a tag and takes the profile's slots for it; returns its frame. The caller
+  /// sends the frame (after unlocking) with ``transmit(_:_:)``.
+  private func dispatchLocked(_ pending: Pending, now: ContinuousClock.Instant) -> [UInt8] {
+    let tag = state.freeTags.removeLast()
+    pending.tag = tag
+    pending.sentAt = now
+    state.inFlight[tag] = pending
+    if pending.mayPark {
+      state.parked += 1
+      if configuration.profile == .device {
+        // The device gives no sign that a read has parked: wait long enough for it to have
+        // been processed, which on a loaded board takes a few round trips.
+        state.busyUntil = now + max(configuration.parkGrace, state.statistics.roundTrip * 3)
+      }
+    } else if configuration.profile == .device {
+      state.busyTag = tag
+    }
+    if let fid = pending.readFid { state.readingFids.insert(fid) }
+    let frame = pending.message.encoded(tag: tag)
+    state.statistics.messagesSent += 1
+    state.statistics.bytesSent += UInt64(frame.count)
+    return frame
+  }
+
+  /// Writes a dispatched frame; a failed write closes the session. Returns whether it went.
+  private func transmit(_ frame: [UInt8], _ pending: Pending) -> Bool {
+    logger.trace("→ \(pending.message) tag=\(pending.tag ?? NineP.noTag)")
+    do {
+      try transport.send(frame)
+      return true
+    } catch {
+      close(reason: "send failed: \(error)")
+      return false
+    }
   }
 
   /// The next instant the writer must look again without a signal: a deadline or busy grace.

@@ -38,7 +38,14 @@ final class LinkEmulatorTests: XCTestCase {
     let server: SocketTransport
   }
 
+  private var rigs = 0
+
   private func makeRig(profile: LinkProfile, serverKind: String = "seqpacket") throws -> Rig {
+    // Each rig its own socket names: a closed emulator of an earlier rig may still be letting
+    // go of its listener.
+    rigs += 1
+    let directory = self.directory + "/rig\(rigs)"
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     let serverAddress: TransportAddress =
       serverKind == "unix"
       ? .unix(path: directory + "/server.sock")
