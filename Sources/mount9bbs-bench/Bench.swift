@@ -514,21 +514,7 @@ final class Bench: @unchecked Sendable {
     }
 
     // cat of the BLE-sized file.
-    var rates: [Double] = []
-    var utilisation: [Double] = []
-    var goodput: [Double] = []
-    for _ in 1...settings.bleRuns {
-      dropCaches()
-      let before = link.statistics()
-      guard
-        let (status, seconds) = try? Supervisor.shared.run(
-          "/bin/cat", [fs.mountpoint + "/files/ble.bin"], timeout: 300), status == 0
-      else { continue }
-      let window = link.statistics().since(before)
-      rates.append(Double(bleSize) / seconds / 1e3)
-      utilisation.append(window.utilisation(\.downstream, elapsedNanoseconds: Int64(seconds * 1e9)))
-      goodput.append(Double(bleSize) / seconds / Double(settings.bleRate))
-    }
+    let (rates, utilisation, goodput) = catOverLink(link, mountpoint: fs.mountpoint)
     add(Row(section, "cat \(settings.bleKiB) KiB", Stats.median(rates), "KB/s", "link \(profile)"))
     add(
       Row(
@@ -542,6 +528,29 @@ final class Bench: @unchecked Sendable {
     try chatSection(
       mountpoint: fs.mountpoint, poster: .seqpacket(path: socket, sduLimit: settings.bleSDU),
       profile: .device, section: section, posts: min(settings.posts, 10))
+  }
+
+  /// `cat` of the BLE-sized file through a mount behind `link`, `bleRuns` times: KB/s, link
+  /// utilisation (downstream link time / elapsed) and goodput (file bytes / link rate).
+  private func catOverLink(_ link: LinkEmulator, mountpoint: String) -> (
+    rates: [Double], utilisation: [Double], goodput: [Double]
+  ) {
+    var rates: [Double] = []
+    var utilisation: [Double] = []
+    var goodput: [Double] = []
+    for _ in 1...settings.bleRuns {
+      dropCaches()
+      let before = link.statistics()
+      guard
+        let (status, seconds) = try? Supervisor.shared.run(
+          "/bin/cat", [mountpoint + "/files/ble.bin"], timeout: 300), status == 0
+      else { continue }
+      let window = link.statistics().since(before)
+      rates.append(Double(bleSize) / seconds / 1e3)
+      utilisation.append(window.utilisation(\.downstream, elapsedNanoseconds: Int64(seconds * 1e9)))
+      goodput.append(Double(bleSize) / seconds / Double(settings.bleRate))
+    }
+    return (rates, utilisation, goodput)
   }
 
   /// cat over the same emulated link to a server that allows pipelining (9bbsd's default
@@ -565,19 +574,7 @@ final class Bench: @unchecked Sendable {
       "mnt-ble2", address: "seqpacket!\(work)/ble2.sock!\(settings.bleSDU)",
       options: ["profile=multiplex"])
     defer { unmount(fs) }
-    var rates: [Double] = []
-    var utilisation: [Double] = []
-    for _ in 1...settings.bleRuns {
-      dropCaches()
-      let before = link.statistics()
-      guard
-        let (status, seconds) = try? Supervisor.shared.run(
-          "/bin/cat", [fs.mountpoint + "/files/ble.bin"], timeout: 300), status == 0
-      else { continue }
-      let window = link.statistics().since(before)
-      rates.append(Double(bleSize) / seconds / 1e3)
-      utilisation.append(window.utilisation(\.downstream, elapsedNanoseconds: Int64(seconds * 1e9)))
-    }
+    let (rates, utilisation, _) = catOverLink(link, mountpoint: fs.mountpoint)
     add(
       Row(
         section, "cat \(settings.bleKiB) KiB, pipelining allowed", Stats.median(rates), "KB/s",

@@ -86,18 +86,21 @@ final class Connection: Sendable {
   // MARK: Default profile
 
   private func runMultiplexed() {
-    while true {
-      let frame: [UInt8]?
-      do {
-        frame = try transport.receive(limit: session.msize)
-      } catch {
-        if !closed.withLock({ $0 }) {
-          logger.warning("session \(id): receive failed: \(error); disconnecting")
-        }
-        return
-      }
-      guard let frame else { return }
+    while let frame = receiveFrame(failure: {
+      "session \(id): receive failed: \($0); disconnecting"
+    }) {
       send(session.process(frame))
+    }
+  }
+
+  /// The next whole message, or nil at the end of the connection (a failure is logged with
+  /// `failure`'s text unless the connection was closed on purpose).
+  private func receiveFrame(failure: (TransportError) -> String) -> [UInt8]? {
+    do {
+      return try transport.receive(limit: session.msize)
+    } catch {
+      if !closed.withLock({ $0 }) { logger.warning("\(failure(error))") }
+      return nil
     }
   }
 
@@ -106,17 +109,9 @@ final class Connection: Sendable {
   /// Device profile over a byte stream (TCP, Unix): no SDUs to police, but one request at a
   /// time on the shared worker.
   private func runDeviceStream() {
-    while true {
-      let frame: [UInt8]?
-      do {
-        frame = try transport.receive(limit: session.msize)
-      } catch {
-        if !closed.withLock({ $0 }) {
-          logger.error("device profile: session \(id): \(error) — disconnecting")
-        }
-        return
-      }
-      guard let frame else { return }
+    while let frame = receiveFrame(failure: {
+      "device profile: session \(id): \($0) — disconnecting"
+    }) {
       let done = DispatchSemaphore(value: 0)
       process(frame) { done.signal() }
       done.wait()
