@@ -102,6 +102,7 @@ struct MountDaemon {
     }
     // The server going away ends nothing here: readers wait and requests time out with a
     // clear errno (reconnecting is the pool's business).
+    RuntimeRecord.sweepStale()
     let record = RuntimeRecord(mountpoint: mountpoint)
     record.write(pid: getpid())
     defer { record.remove() }

@@ -59,6 +59,29 @@ struct RuntimeRecord {
 
   func remove() {
     try? FileManager.default.removeItem(atPath: path)
+    try? FileManager.default.removeItem(atPath: controlPath)
+  }
+
+  /// Removes the records of daemons that died without cleaning up (kill -9).
+  static func sweepStale() {
+    let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+    for name in names where name.hasSuffix(".sock") {
+      // A control socket without its pid file belongs to nobody.
+      let pid = directory + "/" + name.dropLast(5) + ".pid"
+      if !FileManager.default.fileExists(atPath: pid) {
+        try? FileManager.default.removeItem(atPath: directory + "/" + name)
+      }
+    }
+    for name in names where name.hasSuffix(".pid") {
+      let path = directory + "/" + name
+      guard let text = try? String(contentsOfFile: path, encoding: .utf8),
+        let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0
+      else { continue }
+      if kill(pid, 0) != 0 && errno == ESRCH {
+        try? FileManager.default.removeItem(atPath: path)
+        try? FileManager.default.removeItem(atPath: String(path.dropLast(4)) + ".sock")
+      }
+    }
   }
 
   /// The daemon's pid if it is still a live mount9bbs process.
