@@ -15,6 +15,21 @@ final class RoomFileTests: XCTestCase {
     try headGrepNonBlockingPollAndGrowth(.deviceSeqpacket)
   }
 
+  /// Opening a room again shows its history at once, although the server has nothing new for
+  /// this user (its read cursor is at the end): the mount keeps a room's transcript after its
+  /// last reader closes.
+  func testReopeningARoomShowsItsHistoryAtOnce() throws {
+    let rig = try MountRig.start(.multiplexTCP, for: self)
+    try post(rig, "remember me")
+    let first = try shell("head -n 1 \(rig.path("chat/lobby"))", timeout: 20)
+    XCTAssertTrue(first.output.hasSuffix("root: remember me\n"), first.output)
+    let started = Date()
+    let again = try shell("timeout 5 head -n 1 \(rig.path("chat/lobby"))", timeout: 20)
+    XCTAssertEqual(again.status, 0, "the second open waited for a new message")
+    XCTAssertEqual(again.output, first.output)
+    XCTAssertLessThan(Date().timeIntervalSince(started), 3)
+  }
+
   private func post(_ rig: MountRig, _ text: String) throws {
     let result = try shell("echo '\(text)' > \(rig.path("chat/post"))")
     XCTAssertEqual(result.status, 0, result.output)
