@@ -59,13 +59,8 @@ final class BlueZMock {
   var cacheHome: String { directory + "/cache" }
 
   static var python: String {
-    if let configured = ProcessInfo.processInfo.environment["MOUNT9BBS_DBUSMOCK_PYTHON"],
-      !configured.isEmpty
-    {
-      return configured.hasPrefix("/")
-        ? configured : packageRoot.appendingPathComponent(configured).path
-    }
-    return packageRoot.appendingPathComponent(".venv-dbusmock/bin/python").path
+    PackagePaths.python(
+      environment: "MOUNT9BBS_DBUSMOCK_PYTHON", fallback: ".venv-dbusmock/bin/python")
   }
 
   static var template: String {

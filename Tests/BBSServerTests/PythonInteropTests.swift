@@ -12,13 +12,8 @@ final class PythonInteropTests: XCTestCase {
     .deletingLastPathComponent().deletingLastPathComponent()
 
   static var interpreter: String {
-    if let configured = ProcessInfo.processInfo.environment["MOUNT9BBS_INTEROP_PYTHON"],
-      !configured.isEmpty
-    {
-      return configured.hasPrefix("/")
-        ? configured : packageRoot.appendingPathComponent(configured).path
-    }
-    return packageRoot.appendingPathComponent(".venv-interop/bin/python").path
+    PackagePaths.python(
+      environment: "MOUNT9BBS_INTEROP_PYTHON", fallback: ".venv-interop/bin/python")
   }
 
   static var script: String {
