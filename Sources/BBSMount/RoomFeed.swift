@@ -276,11 +276,12 @@ final class RoomFeed: @unchecked Sendable {
     }
     inFlight = nil
     var data = data
-    if let filter = dedupe {
+    if var filter = dedupe {
       if filter.isExpired {
         dedupe = nil
       } else {
         let kept = filter.filter(data)
+        dedupe = filter
         if kept.count != data.count {
           logger.info("room feed \(room): dropped \(data.count - kept.count) replayed bytes")
         }
@@ -349,12 +350,14 @@ extension Duration {
 /// `[HH:MM:SS] ` stamp, which a restarted board recomputes) the transcript already had.
 ///
 /// It is active for a short window after the reconnect, long enough for the backlog and for
-/// posts the outbox sends again; a genuinely repeated line by the same author inside that
-/// window is dropped too, the price of never showing a line twice.
+/// posts the outbox sends again. Lines it lets through join the known set: a post that landed
+/// before the outage but reached us only in the replayed backlog may arrive a second time when
+/// the outbox, never having seen its reply, sends it again. A genuinely repeated line by the
+/// same author inside that window is dropped too, the price of never showing a line twice.
 struct ReplayFilter {
   static let window = 2000
   static let lifetime: Duration = .seconds(15)
-  private let known: Set<[UInt8]>
+  private var known: Set<[UInt8]>
   private let until: ContinuousClock.Instant
 
   init(lines: [ArraySlice<UInt8>]) {
@@ -364,13 +367,13 @@ struct ReplayFilter {
 
   var isExpired: Bool { ContinuousClock.now >= until }
 
-  func filter(_ data: [UInt8]) -> [UInt8] {
+  mutating func filter(_ data: [UInt8]) -> [UInt8] {
     var kept: [UInt8] = []
     var start = data.startIndex
     while start < data.endIndex {
       let end = data[start...].firstIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? data.endIndex
       let line = data[start..<end]
-      if !known.contains(Self.body(of: line)) { kept += line }
+      if known.insert(Self.body(of: line)).inserted { kept += line }
       start = end
     }
     return kept
