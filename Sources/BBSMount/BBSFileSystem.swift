@@ -47,8 +47,10 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     self.logger = logger
     classifier = PathClassifier(streamGlobs: options.streamGlobs)
     let sessions: SessionProvider = { [pool] in pool.session(for: .ordinary, completion: $0) }
+    // A board has 32 fids for everything; a server that pipelines has plenty.
     listings = ListingCache(
-      lifetime: options.listingLifetime, sessions: sessions,
+      lifetime: options.listingLifetime,
+      keptDirectories: pool.configuration.profile == .device ? 4 : 16, sessions: sessions,
       linkIsUp: { [pool] in pool.linkState == .up })
     var outbox: Outbox?
     if let outboxDirectory {
@@ -69,6 +71,14 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       logger.notice("\(outbox.count) post(s) left in the outbox from before; sending them")
     }
     posts.drain()
+  }
+
+  /// Lists the root before the mount appears, so the first `ls` or `cd` on a slow link does
+  /// not start with it. Waits at most `timeout`; a failure only means it happens later.
+  public func prefetchRoot(timeout: Duration) {
+    let done = DispatchSemaphore(value: 0)
+    listings.listing([], complete: true) { _ in done.signal() }
+    _ = done.wait(timeout: .now() + timeout.seconds)
   }
 
   /// Posts waiting in the outbox, or nil without one.
@@ -107,6 +117,16 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       switch listed {
       case .success(let stats):
         guard let stat = stats.first(where: { $0.name == name }) else {
+          // Not in a listing still being confirmed: ask the whole one before saying no.
+          if !listings.isComplete(directory.path) {
+            return listings.listing(directory.path, complete: true) { [self] whole in
+              guard case .success(let stats) = whole,
+                let stat = stats.first(where: { $0.name == name })
+              else { return reply(request, ENOENT) }
+              let node = inodes.record(path: path, kind: kind(of: path, stat: stat), stat: stat)
+              request.replyEntry(entry(for: node))
+            }
+          }
           return reply(request, ENOENT)
         }
         let node = inodes.record(path: path, kind: kind(of: path, stat: stat), stat: stat)
@@ -313,6 +333,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     withWalk(directory.path + [name], request) { [self] session, fid in
       session.remove(fid) { [self] result in
         listings.invalidate(directory.path)
+        listings.forgetSubtree(directory.path + [name])
         reply(request, result.errnoValue)
       }
     }
@@ -333,6 +354,8 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       session.wstat(fid, wanted) { [self] result in
         session.clunk(fid)
         listings.invalidate(directory.path)
+        listings.forgetSubtree(directory.path + [name])
+        listings.forgetSubtree(directory.path + [newName])
         switch result {
         case .success:
           inodes.move(from: directory.path + [name], to: directory.path + [newName])

@@ -22,45 +22,91 @@ extension NinePError {
 ///
 /// Lookups are answered from the parent's listing rather than a walk and Tstat: the listing is
 /// where 9BBS servers tell the truth about what is a file (walk and Tstat call `/chat/lobby` a
-/// directory), one listing answers every lookup of an `ls -l`, and on a slow link that is
-/// three round trips for a whole directory instead of three per file.
+/// directory), and one listing answers every lookup of an `ls -l`.
+///
+/// On a slow link every request is a round trip, so a listing costs as few as it can:
+/// - directories stay open: listing one again re-reads its fid from offset 0 (one request)
+///   instead of walking, opening and clunking (``keptDirectories`` of them, least recently
+///   used out, reopened after ``keptLifetime`` so one removed and made again by someone else
+///   is seen);
+/// - a first reply that is clearly short is taken as the whole listing at once (see
+///   ``Session/readDirectory(_:early:completion:)``), while the confirming read finishes in
+///   the background; a lookup that misses waits for that confirmation.
 final class ListingCache: @unchecked Sendable {
   typealias Callback = @Sendable (Result<[Stat], NinePError>) -> Void
 
+  private struct Entry {
+    var stats: [Stat]
+    var fetched: ContinuousClock.Instant
+    /// False while only the first, short reply is in and its confirming read is out.
+    var complete: Bool
+  }
+
+  private struct Waiter {
+    let needsComplete: Bool
+    let callback: Callback
+  }
+
+  private struct OpenDirectory {
+    let session: Session
+    let fid: Fid
+    let opened: ContinuousClock.Instant
+    var used: ContinuousClock.Instant
+  }
+
   private let lock = NSLock()
-  private var entries: [[String]: (stats: [Stat], fetched: ContinuousClock.Instant)] = [:]
-  private var fetching: [[String]: [Callback]] = [:]
+  private var entries: [[String]: Entry] = [:]
+  private var fetching: [[String]: [Waiter]] = [:]
+  private var open: [[String]: OpenDirectory] = [:]
   private let sessions: SessionProvider
   private let linkIsUp: @Sendable () -> Bool
   let lifetime: Duration
+  /// Directory fids kept open for listing again (a board has 32 fids in all).
+  let keptDirectories: Int
+  static let keptLifetime: Duration = .seconds(60)
 
   init(
-    lifetime: Duration, sessions: @escaping SessionProvider,
+    lifetime: Duration, keptDirectories: Int = 16, sessions: @escaping SessionProvider,
     linkIsUp: @escaping @Sendable () -> Bool = { true }
   ) {
     self.lifetime = lifetime
+    self.keptDirectories = keptDirectories
     self.sessions = sessions
     self.linkIsUp = linkIsUp
   }
 
   /// The listing of `path`, from the cache while fresh.
-  func listing(_ path: [String], maxAge: Duration? = nil, _ callback: @escaping Callback) {
+  ///
+  /// - Parameter complete: wait for the confirming read when only a short first reply is in
+  ///   (a lookup that did not find its name asks this before answering ENOENT).
+  func listing(
+    _ path: [String], maxAge: Duration? = nil, complete: Bool = false,
+    _ callback: @escaping Callback
+  ) {
     lock.lock()
-    if let cached = entries[path],
+    if let cached = entries[path], cached.complete || !complete || !linkIsUp(),
       cached.fetched.duration(to: .now) < (maxAge ?? lifetime) || !linkIsUp()
     {
       // Fresh, or the link is down and what the mount last saw is the best answer there is.
       lock.unlock()
       return callback(.success(cached.stats))
     }
+    let waiter = Waiter(needsComplete: complete, callback: callback)
     if fetching[path] != nil {
-      fetching[path]?.append(callback)
+      fetching[path]?.append(waiter)
       lock.unlock()
       return
     }
-    fetching[path] = [callback]
+    fetching[path] = [waiter]
     lock.unlock()
     fetch(path)
+  }
+
+  /// Whether the listing of `path` held now is known to be whole.
+  func isComplete(_ path: [String]) -> Bool {
+    lock.lock()
+    defer { lock.unlock() }
+    return entries[path]?.complete ?? false
   }
 
   /// Forgets a listing (after a create, remove or rename in that directory).
@@ -68,6 +114,20 @@ final class ListingCache: @unchecked Sendable {
     lock.lock()
     entries[path] = nil
     lock.unlock()
+  }
+
+  /// Forgets `path` and everything under it, closing kept directories there (it was removed
+  /// or renamed: a kept fid would list the old directory).
+  func forgetSubtree(_ path: [String]) {
+    lock.lock()
+    for key in entries.keys where key.starts(with: path) { entries[key] = nil }
+    var closing: [OpenDirectory] = []
+    for (key, kept) in open where key.starts(with: path) && fetching[key] == nil {
+      closing.append(kept)
+      open[key] = nil
+    }
+    lock.unlock()
+    for kept in closing { kept.session.clunk(kept.fid) }
   }
 
   private func fetch(_ path: [String]) {
@@ -80,6 +140,20 @@ final class ListingCache: @unchecked Sendable {
   }
 
   private func fetch(_ path: [String], on session: Session) {
+    lock.lock()
+    var stale: OpenDirectory?
+    if let kept = open[path] {
+      if kept.session === session && session.closedReason == nil
+        && kept.opened.duration(to: .now) < Self.keptLifetime
+      {
+        open[path]?.used = .now
+        lock.unlock()
+        return list(path, fid: kept.fid, on: session, kept: true)
+      }
+      stale = open.removeValue(forKey: path)
+    }
+    lock.unlock()
+    if let stale, stale.session.closedReason == nil { stale.session.clunk(stale.fid) }
     session.walk(path) { [self] walked in
       guard case .success(let result) = walked else {
         if case .failure(let error) = walked { finish(path, .failure(error)) }
@@ -90,11 +164,47 @@ final class ListingCache: @unchecked Sendable {
           session.clunk(result.fid)
           return finish(path, .failure(error))
         }
-        session.readDirectory(result.fid) { [self] listed in
-          session.clunk(result.fid)
-          finish(path, listed.map { stats in stats.filter { Self.isAcceptable($0.name) } })
-        }
+        let kept = keep(path, fid: result.fid, on: session)
+        list(path, fid: result.fid, on: session, kept: kept)
       }
+    }
+  }
+
+  /// Keeps a freshly opened directory fid, closing the least recently used one beyond the
+  /// limit (never one a listing is reading). False if there is no room: list once, clunk.
+  private func keep(_ path: [String], fid: Fid, on session: Session) -> Bool {
+    lock.lock()
+    var evicted: OpenDirectory?
+    if open.count >= keptDirectories {
+      let idle = open.filter { fetching[$0.key] == nil }
+      if let oldest = idle.min(by: { $0.value.used < $1.value.used }) {
+        evicted = open.removeValue(forKey: oldest.key)
+      }
+    }
+    let kept = open.count < keptDirectories
+    if kept {
+      open[path] = OpenDirectory(session: session, fid: fid, opened: .now, used: .now)
+    }
+    lock.unlock()
+    if let evicted, evicted.session.closedReason == nil { evicted.session.clunk(evicted.fid) }
+    return kept
+  }
+
+  private func list(_ path: [String], fid: Fid, on session: Session, kept: Bool) {
+    session.readDirectory(
+      fid,
+      early: { [self] stats in provisional(path, stats.filter { Self.isAcceptable($0.name) }) }
+    ) { [self] listed in
+      if case .failure(let error) = listed, kept, !error.isLinkFailure {
+        // The kept fid is no good any more (the server forgot it): open the directory anew.
+        lock.lock()
+        if open[path]?.fid == fid && open[path]?.session === session { open[path] = nil }
+        lock.unlock()
+        session.clunk(fid)
+        return fetch(path, on: session)
+      }
+      if !kept { session.clunk(fid) }
+      finish(path, listed.map { stats in stats.filter { Self.isAcceptable($0.name) } })
     }
   }
 
@@ -103,20 +213,30 @@ final class ListingCache: @unchecked Sendable {
     !name.isEmpty && name != "." && name != ".." && !name.contains("/") && !name.contains("\0")
   }
 
+  /// The first reply was short: answer those that can take it now.
+  private func provisional(_ path: [String], _ stats: [Stat]) {
+    lock.lock()
+    entries[path] = Entry(stats: stats, fetched: .now, complete: false)
+    let waiting = fetching[path] ?? []
+    fetching[path] = waiting.filter(\.needsComplete)
+    lock.unlock()
+    for waiter in waiting where !waiter.needsComplete { waiter.callback(.success(stats)) }
+  }
+
   private func finish(_ path: [String], _ result: Result<[Stat], NinePError>) {
     lock.lock()
     var result = result
     switch result {
     case .success(let stats):
-      entries[path] = (stats, .now)
+      entries[path] = Entry(stats: stats, fetched: .now, complete: true)
     case .failure(let error) where error.isLinkFailure:
       // While the link is down, what the mount last saw beats an error.
       if let stale = entries[path] { result = .success(stale.stats) }
     case .failure:
-      break
+      if entries[path]?.complete == false { entries[path] = nil }
     }
-    let callbacks = fetching.removeValue(forKey: path) ?? []
+    let waiting = fetching.removeValue(forKey: path) ?? []
     lock.unlock()
-    for callback in callbacks { callback(result) }
+    for waiter in waiting { waiter.callback(result) }
   }
 }

@@ -93,6 +93,7 @@ struct MountDaemon {
     fuseOptions.extraOptions = options.passthrough
     fuseOptions.handleSignals = true
     fuseOptions.trace = debug
+    fileSystem.prefetchRoot(timeout: .seconds(5))
     let session = FuseSession(
       fileSystem: fileSystem, mountpoint: mountpoint, options: fuseOptions, logger: logger)
     do throws(FuseSessionError) {

@@ -1,0 +1,125 @@
+import Foundation
+import NinePClient
+import NinePProtocol
+import NinePTransport
+import TestSupport
+import XCTest
+
+@testable import BBSMount
+
+/// Listings against a real device-profile `9bbsd` (one request at a time, as on a board),
+/// counting the requests it logs: a directory listed again costs one re-read of its kept fid,
+/// a short first reply answers at once, and a removed directory is walked afresh.
+final class ListingCacheTests: XCTestCase {
+  private var server: ServerProcess?
+  private var session: Session?
+
+  override func tearDown() {
+    session?.close()
+    server?.child.stop()
+    super.tearDown()
+  }
+
+  private func start(extra: [String] = []) throws -> (ServerProcess, Session) {
+    let server = try ServerProcess(
+      transport: "seqpacket", profile: "device", extra: ["--log-level", "trace"] + extra)
+    self.server = server
+    let session = try Session.connect(
+      transport: try dial(try TransportAddress(parsing: server.address)),
+      configuration: SessionConfiguration(
+        profile: .device, uname: "glenda", requestTimeout: .seconds(10)))
+    self.session = session
+    return (server, session)
+  }
+
+  /// Requests of the kinds listing uses that the server has logged so far.
+  private func requests(_ server: ServerProcess) -> [String] {
+    server.log.split(separator: "\n").compactMap { line in
+      guard let range = line.range(of: "<- T") else { return nil }
+      let kind = line[range.upperBound...].prefix { $0.isLetter }
+      return ["walk", "open", "read", "clunk"].contains(String(kind)) ? String(kind) : nil
+    }
+  }
+
+  private func list(
+    _ cache: ListingCache, _ path: [String], maxAge: Duration? = nil, complete: Bool = false
+  ) -> (names: [String], whole: Bool)? {
+    let done = DispatchSemaphore(value: 0)
+    let result = LockedBox<[String]?>(nil)
+    cache.listing(path, maxAge: maxAge, complete: complete) { listed in
+      if case .success(let stats) = listed { result.value = stats.map(\.name) }
+      done.signal()
+    }
+    guard done.wait(timeout: .now() + 10) == .success, let names = result.value else {
+      return nil
+    }
+    return (names, cache.isComplete(path))
+  }
+
+  func testKeptDirectoryIsReadAgainWithOneRequestAndAShortReplyAnswersAtOnce() throws {
+    let (server, session) = try start()
+    let cache = ListingCache(lifetime: .seconds(1), keptDirectories: 4) { $0(.success(session)) }
+    let before = requests(server).count
+
+    // First listing: walk, open, one short read answers; the confirming read follows.
+    let first = try XCTUnwrap(list(cache, ["chat"]))
+    XCTAssertEqual(Set(first.names), ["lobby", "tech", "post", "users"])
+    let whole = try XCTUnwrap(list(cache, ["chat"], complete: true))
+    XCTAssertTrue(whole.whole)
+    XCTAssertEqual(Set(whole.names), Set(first.names))
+    XCTAssertTrue(waitUntil(timeout: 5) { self.requests(server).count - before == 4 })
+    XCTAssertEqual(Array(requests(server).suffix(4)), ["walk", "open", "read", "read"])
+
+    // Listed again: the kept fid is re-read from offset 0, no walk, open or clunk.
+    let again = try XCTUnwrap(list(cache, ["chat"], maxAge: .zero, complete: true))
+    XCTAssertEqual(Set(again.names), Set(first.names))
+    XCTAssertTrue(waitUntil(timeout: 5) { self.requests(server).count - before == 6 })
+    XCTAssertEqual(Array(requests(server).suffix(2)), ["read", "read"])
+
+    // Removed (by us): the kept fid is clunked and the next listing walks anew.
+    cache.forgetSubtree(["chat"])
+    _ = try XCTUnwrap(list(cache, ["chat"], complete: true))
+    XCTAssertTrue(waitUntil(timeout: 5) { self.requests(server).count - before == 11 })
+    XCTAssertEqual(
+      Array(requests(server).suffix(5)), ["clunk", "walk", "open", "read", "read"])
+    XCTAssertEqual(server.violations, [])
+  }
+
+  /// A listing larger than one reply is never cut short: the first reply is full, so every
+  /// caller waits for the rest.
+  func testLongListingIsWholeEvenForTheFirstCaller() throws {
+    let area = try makeTemporaryDirectory("listing-area")
+    for index in 0..<400 {
+      FileManager.default.createFile(atPath: "\(area)/file-\(index).txt", contents: Data())
+    }
+    let (_, session) = try start(extra: ["--files", area])
+    let cache = ListingCache(lifetime: .seconds(1), keptDirectories: 4) { $0(.success(session)) }
+    let first = try XCTUnwrap(list(cache, ["files"]))
+    XCTAssertEqual(first.names.count, 400)
+    XCTAssertTrue(first.whole)
+  }
+
+  /// More directories than may be kept: the least recently used one is closed, and the fids
+  /// in use never exceed the limit (a board has 32 for everything).
+  func testKeptDirectoriesAreBounded() throws {
+    let (server, session) = try start()
+    let cache = ListingCache(lifetime: .seconds(1), keptDirectories: 2) { $0(.success(session)) }
+    for path in [["chat"], ["etc"], [], ["chat"]] {
+      XCTAssertNotNil(list(cache, path, maxAge: .zero, complete: true), "\(path)")
+    }
+    let kinds = requests(server)
+    XCTAssertEqual(kinds.filter { $0 == "walk" }.count, 4, "chat was closed to keep the root")
+    XCTAssertEqual(kinds.filter { $0 == "clunk" }.count, 2)
+  }
+}
+
+/// A value shared with a callback.
+final class LockedBox<Value>: @unchecked Sendable {
+  private let lock = NSLock()
+  private var stored: Value
+  init(_ value: Value) { stored = value }
+  var value: Value {
+    get { lock.withLock { stored } }
+    set { lock.withLock { stored = newValue } }
+  }
+}
