@@ -193,6 +193,47 @@ final class Bench: @unchecked Sendable {
     return output
   }
 
+  /// Compiles the bare-FUSE delivery floor (``FanoutFloor``); its path, or nil.
+  private func buildFanoutFloor() -> String? {
+    let output = work + "/fanout_floor"
+    if FileManager.default.isExecutableFile(atPath: output) { return output }
+    let source = work + "/fanout_floor.c"
+    guard FileManager.default.createFile(atPath: source, contents: Data(FanoutFloor.source.utf8))
+    else { return nil }
+    let script =
+      "cc -O2 -Wall -o \(output) \(source) $(pkg-config --cflags --libs fuse3) -pthread"
+    guard
+      let (status, _) = try? Supervisor.shared.run(
+        "/bin/sh", ["-c", script], log: work + "/fanout-floor-build.log"), status == 0
+    else {
+      log("the fan-out floor did not compile; see \(work)/fanout-floor-build.log")
+      return nil
+    }
+    return output
+  }
+
+  /// Delivery p50 and p99 (ms) of the bare-FUSE floor with `readers` readers, or nil.
+  private func fanoutFloor(readers: Int, posts: Int) -> (p50: Double, p99: Double)? {
+    guard let binary = buildFanoutFloor() else { return nil }
+    let mountpoint = work + "/floor"
+    try? FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
+    let output = work + "/fanout-floor-\(readers).out"
+    guard
+      let (status, _) = try? Supervisor.shared.run(
+        binary, [mountpoint, String(readers), String(posts)], timeout: 120, log: output),
+      status == 0,
+      let text = try? String(contentsOfFile: output, encoding: .utf8)
+    else {
+      _ = try? Supervisor.shared.run("/bin/fusermount3", ["-u", "-z", mountpoint], timeout: 10)
+      return nil
+    }
+    // The last line is the result (libfuse may have written to stderr before it).
+    let last = text.split(separator: "\n").last ?? ""
+    let fields = last.split(separator: " ").compactMap { Double($0) }
+    guard fields.count >= 2 else { return nil }
+    return (fields[0], fields[1])
+  }
+
   // MARK: - 1. cat through the mount vs bare FUSE vs loopback TCP
 
   private func catSection() throws {
@@ -371,10 +412,21 @@ final class Bench: @unchecked Sendable {
       try poster.post(postFid, "lobby:bench #bEND#")
       for reader in readers { _ = reader.waitFinished(seconds: 10) }
       let detail = "\(samples.count) samples" + (lost > 0 ? ", \(lost) missing" : "")
-      add(
-        Row(section, "p50, \(readerCount) reader(s)", Stats.percentile(samples, 50), "ms", detail))
-      add(
-        Row(section, "p99, \(readerCount) reader(s)", Stats.percentile(samples, 99), "ms", detail))
+      let p50 = Stats.percentile(samples, 50)
+      let p99 = Stats.percentile(samples, 99)
+      add(Row(section, "p50, \(readerCount) reader(s)", p50, "ms", detail))
+      add(Row(section, "p99, \(readerCount) reader(s)", p99, "ms", detail))
+      // On loopback, the same fan-out with nothing but libfuse behind it, in the same run.
+      if given == nil, let floor = fanoutFloor(readers: readerCount, posts: posts) {
+        add(
+          Row(
+            section, "bare-FUSE floor p50 / p99, \(readerCount) reader(s)", floor.p50, "ms",
+            String(format: "p99 %.3f ms; libfuse answering from memory, no 9P", floor.p99)))
+        add(
+          Row(
+            section, "p50 ratio mount / floor, \(readerCount) reader(s)",
+            Stats.ratio(p50, floor.p50), "×", ""))
+      }
     }
   }
 
@@ -505,12 +557,15 @@ final class Bench: @unchecked Sendable {
       let result = try? Supervisor.shared.run("/bin/ls", [fs.mountpoint + "/chat"], timeout: 60)
       let window = link.statistics().since(before)
       let ms = (result?.seconds ?? .nan) * 1000
+      // The time waited less the time the link spent moving the bytes (a listing of 20 rooms
+      // is seven SDUs): what is left is round trips.
+      let moving = Double(window.upstream.busyNanoseconds + window.downstream.busyNanoseconds) / 1e6
       add(
         Row(
-          section, "ls mnt/chat round trips, \(label)", Double(window.roundTrips), "RTT",
+          section, "ls mnt/chat round trips, \(label)", (ms - moving) / rtt, "RTT",
           String(
-            format: "%.0f ms = %.1f RTT, %d requests; target ≤ 3", ms, ms / rtt,
-            window.upstream.messages)))
+            format: "%.0f ms, %.0f of them moving bytes; %d requests, %d link turns; target ≤ 3",
+            ms, moving, window.upstream.messages, window.roundTrips)))
     }
 
     // cat of the BLE-sized file.
