@@ -37,6 +37,10 @@ final class RoomFeed: @unchecked Sendable {
   private var lastError: NinePError?
   /// Set for a while after a reconnect, to drop lines the transcript already has.
   private var dedupe: ReplayFilter?
+  /// A read failed since the last one that worked: the next may replay what we have (a
+  /// restarted server's backlog, a post the outbox sends again). Stopping and starting again
+  /// as readers come and go replays nothing: the server keeps the user's place.
+  private var lostRead = false
   /// Called (outside the lock) whenever the transcript grows: poll wake-ups.
   var onGrowth: (@Sendable () -> Void)?
 
@@ -211,11 +215,12 @@ final class RoomFeed: @unchecked Sendable {
               return
             }
             active = (session, result.fid)
-            if transcript.length > 0 {
+            if transcript.length > 0 && lostRead {
               // Reading again after a loss: the server may replay lines we have (a restarted
               // server's backlog, a post the outbox sent twice). Remember what we have.
               dedupe = ReplayFilter(lines: transcript.lastLines(ReplayFilter.window))
             }
+            lostRead = false
             lock.unlock()
             logger.debug(
               "room feed \(room) reading on session \(ObjectIdentifier(session).hashValue)")
@@ -330,6 +335,7 @@ final class RoomFeed: @unchecked Sendable {
       return
     }
     lastError = error
+    lostRead = true
     backoff = backoff == .zero ? Self.minimumBackoff : min(backoff * 2, Self.maximumBackoff)
     let delay = backoff
     lock.unlock()

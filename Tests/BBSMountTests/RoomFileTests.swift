@@ -30,6 +30,23 @@ final class RoomFileTests: XCTestCase {
     XCTAssertLessThan(Date().timeIntervalSince(started), 3)
   }
 
+  /// The feed stops when the last reader closes and starts again with the next: a line said
+  /// again after that is new, not a replay, and shows (only a lost read arms the filter).
+  func testALineSaidAgainAfterTheRoomWasReopenedShows() throws {
+    let rig = try MountRig.start(.multiplexTCP, for: self)
+    try post(rig, "ok")
+    let first = try shell("head -n 1 \(rig.path("chat/lobby"))", timeout: 20)
+    XCTAssertTrue(first.output.hasSuffix("root: ok\n"), first.output)
+    let reader = ChildProcess("/bin/sh", ["-c", "exec cat \(rig.path("chat/lobby"))"])
+    try reader.start()
+    addTeardownBlock { reader.stop(grace: 1) }
+    XCTAssertTrue(waitUntil(timeout: 10) { reader.text.contains("root: ok") })
+    try post(rig, "ok")
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { reader.text.components(separatedBy: "root: ok\n").count == 3 },
+      "the second ok did not show: \(reader.text)")
+  }
+
   private func post(_ rig: MountRig, _ text: String) throws {
     let result = try shell("echo '\(text)' > \(rig.path("chat/post"))")
     XCTAssertEqual(result.status, 0, result.output)
