@@ -175,38 +175,37 @@ final class Bench: @unchecked Sendable {
   /// Compiles libfuse's passthrough_ll example; its path, or nil.
   private func buildPassthrough() -> String? {
     let examples = "/usr/share/doc/libfuse3-dev/examples"
-    let output = work + "/passthrough_ll"
-    if FileManager.default.isExecutableFile(atPath: output) { return output }
     guard FileManager.default.fileExists(atPath: examples + "/passthrough_ll.c") else {
       log("no \(examples)/passthrough_ll.c (apt-get install libfuse3-dev)")
       return nil
     }
-    let script =
-      "cc -O2 -Wall -I\(examples) -o \(output) \(examples)/passthrough_ll.c $(pkg-config --cflags --libs fuse3)"
-    guard
-      let (status, _) = try? Supervisor.shared.run(
-        "/bin/sh", ["-c", script], log: work + "/passthrough-build.log"), status == 0
-    else {
-      log("passthrough_ll did not compile; see \(work)/passthrough-build.log")
-      return nil
-    }
-    return output
+    return compileAgainstLibfuse(
+      examples + "/passthrough_ll.c", into: "passthrough_ll", flags: "-I\(examples)")
   }
 
   /// Compiles the bare-FUSE delivery floor (``FanoutFloor``); its path, or nil.
   private func buildFanoutFloor() -> String? {
-    let output = work + "/fanout_floor"
-    if FileManager.default.isExecutableFile(atPath: output) { return output }
     let source = work + "/fanout_floor.c"
     guard FileManager.default.createFile(atPath: source, contents: Data(FanoutFloor.source.utf8))
     else { return nil }
+    return compileAgainstLibfuse(source, into: "fanout_floor", flags: "-pthread")
+  }
+
+  /// `cc` of one C file against libfuse3 into the work directory (once per run); the
+  /// executable's path, or nil with the compiler's output in `NAME-build.log`.
+  private func compileAgainstLibfuse(_ source: String, into name: String, flags: String)
+    -> String?
+  {
+    let output = work + "/" + name
+    if FileManager.default.isExecutableFile(atPath: output) { return output }
     let script =
-      "cc -O2 -Wall -o \(output) \(source) $(pkg-config --cflags --libs fuse3) -pthread"
+      "cc -O2 -Wall \(flags) -o \(output) \(source) $(pkg-config --cflags --libs fuse3)"
+    let buildLog = work + "/\(name)-build.log"
     guard
-      let (status, _) = try? Supervisor.shared.run(
-        "/bin/sh", ["-c", script], log: work + "/fanout-floor-build.log"), status == 0
+      let (status, _) = try? Supervisor.shared.run("/bin/sh", ["-c", script], log: buildLog),
+      status == 0
     else {
-      log("the fan-out floor did not compile; see \(work)/fanout-floor-build.log")
+      log("\(name) did not compile; see \(buildLog)")
       return nil
     }
     return output
