@@ -35,14 +35,19 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   private var feeds: [[String]: RoomFeed] = [:]
   private var notifier: FuseNotifier?
   private let started = Date()
+  private let historyDirectory: String?
 
-  /// - Parameter outboxDirectory: where posts wait while the link is down (see ``Outbox``);
-  ///   nil makes offline posts fail at once.
+  /// - Parameters:
+  ///   - outboxDirectory: where posts wait while the link is down (see ``Outbox``); nil makes
+  ///     offline posts fail at once.
+  ///   - historyDirectory: where rooms' lines are kept between mounts (see ``RoomHistory``);
+  ///     nil keeps none.
   public init(
     pool: Pool, options: MountOptions, outboxDirectory: String? = nil,
-    logger: Logger = Logger(label: "mount9bbs.mount")
+    historyDirectory: String? = nil, logger: Logger = Logger(label: "mount9bbs.mount")
   ) throws(MountSetupError) {
     self.pool = pool
+    self.historyDirectory = historyDirectory
     self.options = options
     self.logger = logger
     classifier = PathClassifier(streamGlobs: options.streamGlobs)
@@ -757,7 +762,10 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     lock.lock()
     defer { lock.unlock() }
     if let existing = feeds[node.path] { return existing }
-    let feed = RoomFeed(room: room, path: node.path, pool: pool, logger: logger)
+    let history = historyDirectory.flatMap {
+      RoomHistory(directory: $0, room: node.path.joined(separator: "."), logger: logger)
+    }
+    let feed = RoomFeed(room: room, path: node.path, pool: pool, history: history, logger: logger)
     feed.onGrowth = { [weak self, weak feed] in
       guard let self, let feed else { return }
       self.notifyPolls(of: feed)

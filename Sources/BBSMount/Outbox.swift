@@ -60,15 +60,7 @@ public final class Outbox: @unchecked Sendable {
 
   /// The outbox directory for a BBS: `$XDG_STATE_HOME/mount9bbs/outbox/<key>`.
   public static func directory(forKey key: String) -> String {
-    let environment = ProcessInfo.processInfo.environment
-    let state =
-      environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 }
-      ?? (NSHomeDirectory() + "/.local/state")
-    let safe = key.unicodeScalars.map {
-      CharacterSet.alphanumerics.contains($0) || "-._@".unicodeScalars.contains($0)
-        ? String($0) : "_"
-    }.joined()
-    return state + "/mount9bbs/outbox/" + safe
+    StateDirectory.path("outbox", key: key)
   }
 
   var count: Int {

@@ -55,11 +55,26 @@ final class RoomFeed: @unchecked Sendable {
   /// A reply faster than this that carries nothing counts as "instant" and backs off.
   static let instantReply: Duration = .milliseconds(20)
 
-  init(room: String, path: [String], pool: Pool, logger: Logger) {
+  /// Lines kept on disk between mounts (nil: this mount keeps none).
+  private let history: RoomHistory?
+
+  init(room: String, path: [String], pool: Pool, history: RoomHistory? = nil, logger: Logger) {
     self.room = room
     self.path = path
     self.pool = pool
+    self.history = history
     self.logger = logger
+    if let history {
+      let (kept, modified) = history.load()
+      if !kept.isEmpty {
+        // The last mount's lines: the room opens at once with them, and the server, which
+        // may have restarted since, could send some of them again.
+        transcript.append(kept, at: modified)
+        primed = true
+        lostRead = true
+        logger.debug("room feed \(room): \(kept.count) bytes of history from \(history.path)")
+      }
+    }
   }
 
   // MARK: What readers see
@@ -326,6 +341,8 @@ final class RoomFeed: @unchecked Sendable {
       for callback in ready { callback() }
     }
     growth?()
+    // After the readers: one read is in flight per feed, so appends keep their order.
+    history?.append(data)
   }
 
   private func failed(_ error: NinePError, generation: UInt64) {

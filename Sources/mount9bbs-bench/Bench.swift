@@ -75,6 +75,8 @@ final class Bench: @unchecked Sendable {
 
   func runAll() throws {
     try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+    // The mounts keep their outbox and room history in the work directory, not the user's.
+    setenv("XDG_STATE_HOME", work + "/state", 1)
     try makeArea()
     let wants = settings.sections
     let local = ["cat", "client", "meta", "chat", "daemon"].contains { wants.contains($0) }

@@ -73,12 +73,13 @@ struct MountDaemon {
     mountOptions.streamGlobs = options.streamGlobs
     let fileSystem: BBSFileSystem
     do {
-      // The built-in BBS lives and dies with the mount: no outbox for it.
-      let outbox =
-        options.outbox && address != nil
-        ? Outbox.directory(forKey: "\(options.uname)@\(target)\(options.aname)") : nil
+      // The built-in BBS lives and dies with the mount: no outbox or history for it.
+      let key = "\(options.uname)@\(target)\(options.aname)"
+      let outbox = options.outbox && address != nil ? Outbox.directory(forKey: key) : nil
+      let history = options.history && address != nil ? RoomHistory.directory(forKey: key) : nil
       fileSystem = try BBSFileSystem(
-        pool: pool, options: mountOptions, outboxDirectory: outbox, logger: logger)
+        pool: pool, options: mountOptions, outboxDirectory: outbox, historyDirectory: history,
+        logger: logger)
     } catch {
       throw .local("\(error)")
     }

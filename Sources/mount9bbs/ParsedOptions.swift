@@ -17,6 +17,8 @@ struct ParsedOptions {
   var allowNonEmpty = false
   /// Keep posts made while the link is down on disk and send them later.
   var outbox = true
+  /// Keep rooms' lines on disk, so a remounted room shows its recent history at once.
+  var history = true
   var reconnect = true
   var keepalive: Duration? = .seconds(15)
   var passthrough: [String] = []
@@ -76,6 +78,7 @@ struct ParsedOptions {
       case "stream": streamGlobs.append(try required())
       case "nonempty": allowNonEmpty = true
       case "outbox": outbox = try onOff()
+      case "history": history = try onOff()
       case "reconnect": reconnect = try onOff()
       case "keepalive":
         let seconds = try number(0...3600)

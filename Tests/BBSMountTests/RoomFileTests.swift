@@ -47,6 +47,55 @@ final class RoomFileTests: XCTestCase {
       "the second ok did not show: \(reader.text)")
   }
 
+  /// A room read to the end shows its recent lines at once after a remount (the server has
+  /// nothing unread for the user), without showing any line twice; with `history=off` the
+  /// room is empty until the next post.
+  func testRemountedRoomShowsItsHistoryAtOnce() throws {
+    let server = try ServerProcess(transport: "tcp")
+    addTeardownBlock { server.stop() }
+    let directory = try makeTemporaryDirectory("mount9bbs-history")
+    let state = directory + "/state"
+    let mountpoint = directory + "/mnt"
+    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: false)
+    func mount(_ options: [String] = []) throws -> MountProcess {
+      let mount = try MountProcess(
+        address: server.address, mountpoint: mountpoint, options: ["uname=ada"] + options,
+        environment: ["XDG_STATE_HOME": state])
+      addTeardownBlock { mount.stop() }
+      return mount
+    }
+    let room = mountpoint + "/chat/lobby"
+
+    let first = try mount()
+    for line in ["one", "two", "three"] {
+      XCTAssertEqual(try shell("/bin/echo \(line) > \(mountpoint)/chat/post").status, 0)
+    }
+    let seen = try shell("timeout 10 head -n 3 \(room)", timeout: 20)
+    XCTAssertEqual(seen.status, 0, seen.output)
+    first.stop()
+
+    _ = try mount()
+    let started = Date()
+    let again = try shell("timeout 5 head -n 3 \(room)", timeout: 20)
+    XCTAssertEqual(again.status, 0, "the remounted room waited for a new post")
+    XCTAssertEqual(again.output, seen.output)
+    XCTAssertLessThan(Date().timeIntervalSince(started), 3)
+    let reader = ChildProcess("/bin/sh", ["-c", "exec cat \(room)"])
+    try reader.start()
+    addTeardownBlock { reader.stop(grace: 1) }
+    XCTAssertEqual(try shell("/bin/echo four > \(mountpoint)/chat/post").status, 0)
+    XCTAssertTrue(waitUntil(timeout: 10) { reader.text.contains("ada: four") }, reader.text)
+    XCTAssertEqual(
+      reader.text.split(separator: "\n").map { $0.split(separator: " ").dropFirst().joined() },
+      ["ada:one", "ada:two", "ada:three", "ada:four"])
+    reader.stop(grace: 1)
+    forceUnmount(mountpoint)
+
+    _ = try mount(["history=off"])
+    let empty = try shell("timeout 2 head -n 1 \(room)", timeout: 20)
+    XCTAssertEqual(empty.status, 124, "without history the room had lines: \(empty.output)")
+  }
+
   private func post(_ rig: MountRig, _ text: String) throws {
     let result = try shell("echo '\(text)' > \(rig.path("chat/post"))")
     XCTAssertEqual(result.status, 0, result.output)

@@ -241,6 +241,11 @@ public final class MountProcess: @unchecked Sendable {
     if !options.isEmpty { arguments += ["-o", options.joined(separator: ",")] }
     if let address { arguments.append(address) } else { arguments.append("--local") }
     arguments.append(mountpoint)
+    // The outbox and room history live under XDG_STATE_HOME: a test's own unless it says.
+    var environment = environment ?? [:]
+    if environment["XDG_STATE_HOME"] == nil {
+      environment["XDG_STATE_HOME"] = try makeTemporaryDirectory("mount9bbs-state")
+    }
     child = ChildProcess(BuiltProducts.path(of: "mount9bbs"), arguments, environment: environment)
     try child.start()
     guard waitUntil(timeout: 15, { isMounted(mountpoint) || !child.isRunning }), child.isRunning

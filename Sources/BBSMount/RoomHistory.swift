@@ -1,0 +1,128 @@
+import Foundation
+import Logging
+
+/// A room's transcript kept on disk between mounts.
+///
+/// The server keeps a read position per user, so after a remount a room you had read to the
+/// end has nothing to send until the next post: without a copy of its own, the mount would show
+/// an empty room, `tail -n 20` would print nothing and opening the room would wait for the next
+/// message. Each room's lines are appended to a 0600 file in a 0700 directory under
+/// `$XDG_STATE_HOME/mount9bbs/history/` (one per BBS and user name), and the next mount starts
+/// the room's transcript with its last ``restored`` bytes.
+public final class RoomHistory: @unchecked Sendable {
+  /// Bytes of history a mount starts a room with.
+  static let restored = 256 << 10
+  /// The file is cut back to ``restored`` bytes when found larger than this.
+  static let compactBeyond = 1 << 20
+
+  let path: String
+  private let logger: Logger
+  // @unchecked: `descriptor` is written in init and closed in deinit; `failed` only under lock.
+  private let descriptor: Int32
+  private let lock = NSLock()
+  private var failed = false
+
+  /// The directory holding the rooms of one BBS and user name:
+  /// `$XDG_STATE_HOME/mount9bbs/history/<key>`.
+  public static func directory(forKey key: String) -> String {
+    StateDirectory.path("history", key: key)
+  }
+
+  /// Opens (creating) the history of `room` in `directory`; nil, logged, if that fails.
+  init?(directory: String, room: String, logger: Logger) {
+    self.logger = logger
+    let name = StateDirectory.safe(room)
+    path = directory + "/" + name + ".log"
+    do {
+      try FileManager.default.createDirectory(
+        atPath: directory, withIntermediateDirectories: true,
+        attributes: [.posixPermissions: 0o700])
+    } catch {
+      logger.warning("room history: cannot create \(directory): \(error)")
+      return nil
+    }
+    descriptor = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+    guard descriptor >= 0 else {
+      logger.warning(
+        "room history: cannot open \(path): \(String(cString: strerror(errno))); not kept")
+      return nil
+    }
+  }
+
+  deinit { close(descriptor) }
+
+  /// The last ``restored`` bytes, starting and ending at line boundaries, and when the file
+  /// last grew. Compacts the file when it has grown past ``compactBeyond``.
+  func load() -> (bytes: [UInt8], modified: Date) {
+    guard let data = FileManager.default.contents(atPath: path), !data.isEmpty else {
+      return ([], Date())
+    }
+    let modified =
+      ((try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date)
+      ?? Date()
+    var bytes = [UInt8](data.suffix(Self.restored))
+    if bytes.count < data.count, let newline = bytes.firstIndex(of: UInt8(ascii: "\n")) {
+      bytes.removeFirst(newline + 1)  // a line cut by the suffix
+    }
+    // A line the last mount had only part of when it stopped is dropped, here and on disk.
+    let partial = bytes.count - ((bytes.lastIndex(of: UInt8(ascii: "\n"))).map { $0 + 1 } ?? 0)
+    bytes.removeLast(partial)
+    if data.count > Self.compactBeyond {
+      lock.withLock {
+        if ftruncate(descriptor, 0) != 0 || !write(bytes) {
+          logger.warning("room history: cannot compact \(path)")
+        }
+      }
+    } else if partial > 0 {
+      _ = ftruncate(descriptor, off_t(data.count - partial))
+    }
+    return (bytes, modified)
+  }
+
+  /// Appends lines as they arrive (a failure is logged once; the room goes on).
+  func append(_ data: [UInt8]) {
+    guard !data.isEmpty else { return }
+    lock.withLock {
+      guard !failed else { return }
+      if !write(data) {
+        failed = true
+        logger.warning(
+          "room history: writing \(path) failed: \(String(cString: strerror(errno))); not kept")
+      }
+    }
+  }
+
+  private func write(_ data: [UInt8]) -> Bool {
+    var offset = 0
+    while offset < data.count {
+      let written = data.withUnsafeBytes { buffer -> Int in
+        guard let base = buffer.baseAddress else { return -1 }
+        return Glibc.write(descriptor, base + offset, data.count - offset)
+      }
+      if written < 0 && errno == EINTR { continue }
+      guard written > 0 else { return false }
+      offset += written
+    }
+    return true
+  }
+}
+
+/// Per-user state under `$XDG_STATE_HOME/mount9bbs/` (default `~/.local/state`).
+enum StateDirectory {
+  /// `…/mount9bbs/KIND/KEY`, with the key made safe as a file name.
+  static func path(_ kind: String, key: String) -> String {
+    let environment = ProcessInfo.processInfo.environment
+    let state =
+      environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+      ?? (NSHomeDirectory() + "/.local/state")
+    return state + "/mount9bbs/" + kind + "/" + safe(key)
+  }
+
+  /// `text` with everything but letters, digits and `-._@` replaced by `_`.
+  static func safe(_ text: String) -> String {
+    text.unicodeScalars.map {
+      CharacterSet.alphanumerics.contains($0) || "-._@".unicodeScalars.contains($0)
+        ? String($0) : "_"
+    }.joined()
+  }
+}
