@@ -187,6 +187,7 @@ final class RoomFeed: @unchecked Sendable {
     if let reading { reading.session.cancel(reading.handle) }
     placed?.releaseStream()
     for waiter in all { waiter.callback() }
+    history?.flush()
   }
 
   // MARK: The server-side read loop

@@ -15,11 +15,20 @@ public final class RoomHistory: @unchecked Sendable {
   /// The file is cut back to ``restored`` bytes when found larger than this.
   static let compactBeyond = 1 << 20
 
+  /// Lines wait this long in memory before they are written, so a slow disk never holds up
+  /// the thread that delivers them (a `kill -9` loses at most that much history).
+  static let flushDelay: Duration = .milliseconds(50)
+  private static let writer = DispatchQueue(label: "mount9bbs.history")
+
   let path: String
   private let logger: Logger
-  // @unchecked: `descriptor` is written in init and closed in deinit; `failed` only under lock.
+  // @unchecked: `descriptor` is written in init and closed in deinit; `pending`, `scheduled`
+  // and `failed` only under `lock`; file writes only under `writing`.
   private let descriptor: Int32
   private let lock = NSLock()
+  private let writing = NSLock()
+  private var pending: [UInt8] = []
+  private var scheduled = false
   private var failed = false
 
   /// The directory holding the rooms of one BBS and user name:
@@ -49,7 +58,10 @@ public final class RoomHistory: @unchecked Sendable {
     }
   }
 
-  deinit { close(descriptor) }
+  deinit {
+    flush()
+    close(descriptor)
+  }
 
   /// The last ``restored`` bytes, starting and ending at line boundaries, and when the file
   /// last grew. Compacts the file when it has grown past ``compactBeyond``.
@@ -68,7 +80,7 @@ public final class RoomHistory: @unchecked Sendable {
     let partial = bytes.count - ((bytes.lastIndex(of: UInt8(ascii: "\n"))).map { $0 + 1 } ?? 0)
     bytes.removeLast(partial)
     if data.count > Self.compactBeyond {
-      lock.withLock {
+      writing.withLock {
         if ftruncate(descriptor, 0) != 0 || !write(bytes) {
           logger.warning("room history: cannot compact \(path)")
         }
@@ -79,16 +91,35 @@ public final class RoomHistory: @unchecked Sendable {
     return (bytes, modified)
   }
 
-  /// Appends lines as they arrive (a failure is logged once; the room goes on).
+  /// Appends lines as they arrive: they are written within ``flushDelay``, off the caller's
+  /// thread (a failure is logged once; the room goes on).
   func append(_ data: [UInt8]) {
     guard !data.isEmpty else { return }
-    lock.withLock {
-      guard !failed else { return }
-      if !write(data) {
-        failed = true
-        logger.warning(
-          "room history: writing \(path) failed: \(String(cString: strerror(errno))); not kept")
+    lock.lock()
+    guard !failed else { return lock.unlock() }
+    pending += data
+    let schedule = !scheduled
+    scheduled = true
+    lock.unlock()
+    if schedule {
+      Self.writer.asyncAfter(deadline: .now() + Self.flushDelay.seconds) { [weak self] in
+        self?.flush()
       }
+    }
+  }
+
+  /// Writes what is pending now (the feed stopping, the mount going away).
+  func flush() {
+    writing.withLock {
+      lock.lock()
+      let chunk = pending
+      pending = []
+      scheduled = false
+      lock.unlock()
+      if chunk.isEmpty || write(chunk) { return }
+      let reason = String(cString: strerror(errno))
+      lock.withLock { failed = true }
+      logger.warning("room history: writing \(path) failed: \(reason); not kept")
     }
   }
 

@@ -22,6 +22,7 @@ final class RoomHistoryTests: XCTestCase {
       "[10:00:00] ada: one\n[10:00:01] ada: two\n")
     // The partial line is gone from the file too, so the next line starts clean.
     history.append(Array("[10:00:03] ada: four\n".utf8))
+    history.flush()
     XCTAssertEqual(
       String(
         decoding: try XCTUnwrap(FileManager.default.contents(atPath: history.path)), as: UTF8.self),
