@@ -38,8 +38,9 @@ public struct SessionConfiguration: Sendable {
   public var requestTimeout: Duration?
   /// Device profile: how long after sending a read that may park the channel counts as busy
   /// (at least; three smoothed round trips if that is longer). A board takes milliseconds per
-  /// request, more when its one worker serves several channels; sending the next SDU before
-  /// the read has parked kills the channel.
+  /// request, more when its one worker serves several channels or is held up (a flash write,
+  /// a busy radio); sending the next SDU before the read has parked kills the channel, which
+  /// costs far more than waiting: 250 ms, since 100 ms was seen to run out on a loaded host.
   public var parkGrace: Duration
   /// How long a parked read keeps its slot while other reads wait for one.
   public var parkingTurn: Duration = .seconds(1)
@@ -58,7 +59,7 @@ public struct SessionConfiguration: Sendable {
       maxTags = 16
       maxFids = 32
       maxParkedReads = 4
-      parkGrace = .milliseconds(100)
+      parkGrace = .milliseconds(250)
     case .multiplex:
       self.requestedMsize = requestedMsize ?? (256 * 1024 + 24)
       maxTags = 256
