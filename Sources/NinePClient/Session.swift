@@ -115,6 +115,8 @@ public final class Session: @unchecked Sendable {
     var busyTag: Tag?
     /// Device profile: the channel counts as busy until then (a read that may park).
     var busyUntil: ContinuousClock.Instant?
+    /// The read whose grace `busyUntil` is: only its own reply ends the grace early.
+    var graceTag: Tag?
     var closedReason: String?
     var statistics = SessionStatistics()
     var loggedOversize = false
@@ -501,6 +503,7 @@ public final class Session: @unchecked Sendable {
         // The device gives no sign that a read has parked: wait long enough for it to have
         // been processed, which on a loaded board takes a few round trips.
         state.busyUntil = now + max(configuration.parkGrace, state.statistics.roundTrip * 3)
+        state.graceTag = tag
       }
     } else if configuration.profile == .device {
       state.busyTag = tag
@@ -710,7 +713,11 @@ public final class Session: @unchecked Sendable {
     if state.busyTag == tag { state.busyTag = nil }
     if pending.mayPark {
       state.parked -= 1
-      state.busyUntil = nil
+      // An older parked read answered now says nothing about the one in its grace.
+      if state.graceTag == tag {
+        state.busyUntil = nil
+        state.graceTag = nil
+      }
     }
     if let fid = pending.readFid { state.readingFids.remove(fid) }
   }

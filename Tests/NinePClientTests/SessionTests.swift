@@ -96,6 +96,49 @@ final class SessionTests: XCTestCase {
     XCTAssertEqual(violations.count, 0)
   }
 
+  /// An older parked read answered while a newer read is still in its grace period must not
+  /// end that grace: the device may still be processing the newer read, and the next SDU
+  /// would kill the channel.
+  func testAnOlderParkedReadsReplyDoesNotEndANewerReadsGrace() throws {
+    let times = TimeLog()
+    let (client, server) = MemoryTransport.pair()
+    let peer = ScriptedServer(transport: server, msize: 8192) { server, tag, message in
+      switch message {
+      case .tread(let fid, _, _) where fid == 7:
+        times.record("A", tag: tag)  // parks
+      case .tread(let fid, _, _) where fid == 8:
+        times.record("B", tag: tag)  // parks; the older read is answered just after
+        if let older = times.tag("A") {
+          DispatchQueue.global().asyncAfter(deadline: .now() + 0.01) {
+            server.reply(older, .rread(data: Array("line\n".utf8)))
+          }
+        }
+      case .tstat:
+        times.record("stat", tag: tag)
+        server.reply(
+          tag,
+          .rstat(stat: Stat(qid: Qid(path: 3), mode: FileMode(permissions: 0o444), name: "motd")))
+      default: server.reply(tag, .rerror(ename: "operation not supported"))
+      }
+    }
+    _ = peer
+    var configuration = SessionConfiguration(
+      profile: .device, uname: "glenda", requestTimeout: .seconds(5))
+    configuration.parkGrace = .milliseconds(300)
+    let session = try Session.connect(transport: client, configuration: configuration)
+    addTeardownBlock { session.close() }
+    let answered = expectation(description: "older read answered")
+    _ = session.read(7, offset: 0, count: 512, mayPark: true) { _ in answered.fulfill() }
+    _ = session.read(8, offset: 0, count: 512, mayPark: true) { _ in }
+    let statDone = expectation(description: "stat")
+    session.stat(0) { _ in statDone.fulfill() }
+    wait(for: [answered, statDone], timeout: 5)
+    let newer = try XCTUnwrap(times.time("B"))
+    let stat = try XCTUnwrap(times.time("stat"))
+    XCTAssertGreaterThanOrEqual(
+      stat - newer, 0.25, "the stat went out while the newer read was in its grace period")
+  }
+
   /// A read that may park frees the device channel after the grace period, and its flush gets
   /// the device's "Rread(0) then Rflush" order with exactly one completion.
   func testDeviceParkedReadThenFlush() throws {
@@ -309,6 +352,17 @@ final class SessionTests: XCTestCase {
 }
 
 /// A locked list for handlers running on other threads.
+/// When the scripted peer saw each named request, and its tag.
+final class TimeLog: @unchecked Sendable {
+  private let lock = NSLock()
+  private var entries: [String: (tag: Tag, at: Double)] = [:]
+  func record(_ name: String, tag: Tag) {
+    lock.withLock { entries[name] = (tag, ProcessInfo.processInfo.systemUptime) }
+  }
+  func tag(_ name: String) -> Tag? { lock.withLock { entries[name]?.tag } }
+  func time(_ name: String) -> Double? { lock.withLock { entries[name]?.at } }
+}
+
 final class Counter: @unchecked Sendable {
   private let lock = NSLock()
   private var items: [(Tag, Message)] = []
