@@ -119,42 +119,48 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
     let path = directory.path + [name]
     listings.listing(directory.path) { [self] listed in
-      switch listed {
-      case .success(let stats):
-        guard let stat = stats.first(where: { $0.name == name }) else {
-          // Not in a listing still being confirmed: ask the whole one before saying no.
-          if !listings.isComplete(directory.path) {
-            return listings.listing(directory.path, complete: true) { [self] whole in
-              guard case .success(let stats) = whole,
-                let stat = stats.first(where: { $0.name == name })
-              else { return reply(request, ENOENT) }
-              let node = inodes.record(path: path, kind: kind(of: path, stat: stat), stat: stat)
-              request.replyEntry(entry(for: node))
-            }
-          }
-          return reply(request, ENOENT)
+      // Not in a listing still being confirmed: ask for the whole one before saying no.
+      if case .success(let stats) = listed, !stats.contains(where: { $0.name == name }),
+        !listings.isComplete(directory.path)
+      {
+        return listings.listing(directory.path, complete: true) { [self] whole in
+          answerLookup(request, path, whole)
         }
-        let node = inodes.record(path: path, kind: kind(of: path, stat: stat), stat: stat)
+      }
+      answerLookup(request, path, listed)
+    }
+  }
+
+  /// Answers a lookup of `path` from its parent's listing.
+  private func answerLookup(
+    _ request: FuseRequest, _ path: [String], _ listed: Result<[Stat], NinePError>
+  ) {
+    guard let name = path.last else { return reply(request, ENOENT) }
+    switch listed {
+    case .success(let stats):
+      guard let stat = stats.first(where: { $0.name == name }) else {
+        return reply(request, ENOENT)
+      }
+      let node = inodes.record(path: path, kind: kind(of: path, stat: stat), stat: stat)
+      request.replyEntry(entry(for: node))
+    case .failure(let error) where error.isLinkFailure:
+      // Link down: a node the mount has seen before is still the best answer.
+      if let known = inodes.inode(for: path), let node = inodes.node(known) {
         request.replyEntry(entry(for: node))
-      case .failure(let error) where error.isLinkFailure:
-        // Link down: a node the mount has seen before is still the best answer.
-        if let known = inodes.inode(for: path), let node = inodes.node(known) {
+      } else {
+        reply(request, error.errno)
+      }
+    case .failure(let error):
+      // An unreadable parent (or a server whose listings are not stat entries): walk.
+      logger.debug(
+        "listing of /\(path.dropLast().joined(separator: "/")) failed (\(error)); walking")
+      statByWalk(path) { [self] result in
+        switch result {
+        case .success(let stat):
+          let node = inodes.record(path: path, kind: kind(of: path, stat: stat), stat: stat)
           request.replyEntry(entry(for: node))
-        } else {
+        case .failure(let error):
           reply(request, error.errno)
-        }
-      case .failure(let error):
-        // An unreadable parent (or a server whose listings are not stat entries): walk.
-        logger.debug(
-          "listing of /\(directory.path.joined(separator: "/")) failed (\(error)); walking")
-        statByWalk(path) { [self] result in
-          switch result {
-          case .success(let stat):
-            let node = inodes.record(path: path, kind: kind(of: path, stat: stat), stat: stat)
-            request.replyEntry(entry(for: node))
-          case .failure(let error):
-            reply(request, error.errno)
-          }
         }
       }
     }
@@ -760,8 +766,12 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
 
   private func feed(for node: InodeTable.Node, room: String) -> RoomFeed {
     lock.lock()
-    defer { lock.unlock() }
-    if let existing = feeds[node.path] { return existing }
+    if let existing = feeds[node.path] {
+      lock.unlock()
+      return existing
+    }
+    lock.unlock()
+    // Reading the room's history from disk happens outside the lock every request takes.
     let history = historyDirectory.flatMap {
       RoomHistory(directory: $0, room: node.path.joined(separator: "."), logger: logger)
     }
@@ -770,6 +780,10 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       guard let self, let feed else { return }
       self.notifyPolls(of: feed)
     }
+    lock.lock()
+    defer { lock.unlock() }
+    // Another open of the same room may have made its feed meanwhile: one feed per room.
+    if let existing = feeds[node.path] { return existing }
     feeds[node.path] = feed
     return feed
   }

@@ -83,9 +83,12 @@ final class ListingCache: @unchecked Sendable {
     _ path: [String], maxAge: Duration? = nil, complete: Bool = false,
     _ callback: @escaping Callback
   ) {
+    let down = !linkIsUp()
     lock.lock()
-    if let cached = entries[path], cached.complete || !complete || !linkIsUp(),
-      cached.fetched.duration(to: .now) < (maxAge ?? lifetime) || !linkIsUp()
+    if let cached = entries[path],
+      down
+        || ((cached.complete || !complete)
+          && cached.fetched.duration(to: .now) < (maxAge ?? lifetime))
     {
       // Fresh, or the link is down and what the mount last saw is the best answer there is.
       lock.unlock()

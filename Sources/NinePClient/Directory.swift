@@ -30,8 +30,8 @@ extension Session {
     early: (@Sendable ([Stat]) -> Void)? = nil,
     _ completion: @escaping @Sendable (Result<[Stat], NinePError>) -> Void
   ) {
-    let count = Int(maxReadCount)
-    read(fid, offset: offset, count: UInt32(count)) { [self] result in
+    let count = maxReadCount
+    read(fid, offset: offset, count: count) { [self] result in
       switch result {
       case .failure(let error):
         completion(entries.isEmpty ? .failure(error) : .success(entries))
@@ -60,7 +60,7 @@ extension Session {
         if added == 0 || rounds > 100_000 {
           return completion(.success(entries))
         }
-        if rounds == 0, let early, count - data.count >= Self.directorySlack { early(entries) }
+        if rounds == 0, let early, Int(count) - data.count >= Self.directorySlack { early(entries) }
         readDirectoryChunks(
           fid, offset: offset + UInt64(data.count), entries: entries, seen: seen,
           rounds: rounds + 1, completion)
