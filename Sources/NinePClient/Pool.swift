@@ -62,7 +62,9 @@ public final class Pool: @unchecked Sendable {
   private var primarySession: Session?
   private var streamSessions: [Session] = []
   private var dialingStream = false
-  private var streamWaiters: [@Sendable (Result<Session, NinePError>) -> Void] = []
+  private var streamWaiters: [UInt64: @Sendable (Result<Session, NinePError>) -> Void] = [:]
+  /// The server did not give an extra session: streams share the open ones until reconnect.
+  private var extraSessionsRefused = false
   private var upWaiters: [UInt64: @Sendable (Result<Session, NinePError>) -> Void] = [:]
   private var nextWaiterID: UInt64 = 1
   private var link: LinkState = .down(reason: "not started")
@@ -105,7 +107,7 @@ public final class Pool: @unchecked Sendable {
     let all = (primarySession.map { [$0] } ?? []) + streamSessions
     primarySession = nil
     streamSessions.removeAll()
-    let waiters = Array(upWaiters.values) + streamWaiters
+    let waiters = Array(upWaiters.values) + Array(streamWaiters.values)
     upWaiters.removeAll()
     streamWaiters.removeAll()
     lock.unlock()
@@ -204,9 +206,17 @@ public final class Pool: @unchecked Sendable {
     }
   }
 
-  /// Picks a session for a request of the given kind; dials a new one (off the caller's
-  /// thread) when every stream session's parked-read slots are taken and the pool may grow.
-  /// While the link is down, waits for it to come back (streams wait without a deadline).
+  /// Picks a session for a request of the given kind. While the link is down, waits for it
+  /// to come back (streams wait without a deadline).
+  ///
+  /// A stream (a read that parks) is reserved on the session it is placed on until its owner
+  /// calls ``Session/releaseStream()``. It goes, in order of preference, to a stream session
+  /// with a free parking slot; to a new stream session (dialled off the caller's thread); to
+  /// the primary while it has a free slot (on a device each read there holds ordinary
+  /// requests back for the park grace); and last to the least loaded session, where the
+  /// session rotates its slots (``SessionConfiguration/parkingTurn``). A server that does not
+  /// give a second session (one that serves one connection at a time) is not asked again until
+  /// the link is re-established, and a caller never waits more than ``dialPatience`` for one.
   public func session(
     for placement: Placement, completion: @escaping @Sendable (Result<Session, NinePError>) -> Void
   ) {
@@ -221,81 +231,89 @@ public final class Pool: @unchecked Sendable {
         }
       }
     }
-    if placement == .ordinary {
+    guard placement == .stream else {
       lock.unlock()
       return completion(.success(primarySession))
     }
-    // A stream is placed on the least loaded stream session with a free parking slot, and
-    // reserved there until its owner calls `releaseStream()`; the owner of a `.stream` session
-    // must do that when it stops.
-    if maxSessions == 1 {
+    if let placed = placeStreamLocked(primary: primarySession, mayDial: true) {
+      placed.reserveStream()
       lock.unlock()
-      primarySession.reserveStream()
-      return completion(.success(primarySession))
+      return completion(.success(placed))
     }
-    streamSessions.removeAll { $0.closedReason != nil }
-    let slots = configuration.maxParkedReads
-    if let free = streamSessions.min(by: { $0.streamLoad < $1.streamLoad }),
-      free.streamLoad < slots || streamSessions.count + 1 >= maxSessions
-    {
-      free.reserveStream()
-      lock.unlock()
-      return completion(.success(free))
-    }
-    if streamSessions.count + 1 >= maxSessions {
-      // Cannot grow: share the primary, which still works, only less well.
-      primarySession.reserveStream()
-      lock.unlock()
-      return completion(.success(primarySession))
-    }
-    streamWaiters.append(completion)
-    if dialingStream {
-      lock.unlock()
-      return
-    }
+    let id = nextWaiterID
+    nextWaiterID += 1
+    streamWaiters[id] = completion
+    let dial = !dialingStream
     dialingStream = true
     lock.unlock()
-    Thread.detachNewThread { [self] in
-      let result = Result { () throws(NinePError) -> Session in try dialSession() }
+    if dial { Thread.detachNewThread { [self] in dialStreamSession() } }
+    // Someone opening a room should not wait long for a session that may never come.
+    DispatchQueue.global().asyncAfter(deadline: .now() + Self.dialPatience.timeInterval) {
+      [self] in
       lock.lock()
-      dialingStream = false
-      let callers = streamWaiters
-      streamWaiters.removeAll()
-      var answer = result
-      switch result {
-      case .success(let session):
-        if case .closed = link {
-          session.close(reason: "pool closed")
-          answer = .failure(.sessionClosed(reason: "the pool is closed"))
-        } else {
-          streamSessions.append(session)
-        }
-      case .failure:
-        if let fallback = self.primarySession {
-          logger.warning("could not open another session (\(result)); sharing the primary")
-          answer = .success(fallback)
-        }
-      }
+      let waiter = streamWaiters.removeValue(forKey: id)
+      let fallback = self.primarySession.map { placeStreamLocked(primary: $0, mayDial: false) }
+      fallback??.reserveStream()
       lock.unlock()
-      // Everyone who waited for this dial is placed again: one new session may not hold them
-      // all, and a second dial then starts.
-      guard case .success = result, case .success = answer else {
-        // No new session: the fallback (the primary) or the error goes to everyone.
-        if case .success(let fallback) = answer {
-          for _ in callers { fallback.reserveStream() }
-        }
-        for caller in callers { caller(answer) }
-        return
+      guard let waiter else { return }
+      if let fallback, let fallback {
+        waiter(.success(fallback))
+      } else {
+        session(for: .stream, completion: waiter)
       }
-      for caller in callers { session(for: .stream, completion: caller) }
     }
   }
+
+  /// How long a stream waits for a new session before it takes a place on an open one.
+  static let dialPatience: Duration = .seconds(2)
+
+  /// The open session a new stream goes to, or nil to dial one. Called with the lock held.
+  private func placeStreamLocked(primary: Session, mayDial: Bool) -> Session? {
+    streamSessions.removeAll { $0.closedReason != nil }
+    let slots = configuration.maxParkedReads
+    let least = streamSessions.min { $0.streamLoad < $1.streamLoad }
+    if let least, least.streamLoad < slots { return least }
+    if mayDial && !extraSessionsRefused && streamSessions.count + 1 < maxSessions { return nil }
+    if primary.streamLoad < slots { return primary }
+    return least ?? primary
+  }
+
+  /// Opens a stream session and places everyone waiting for it.
+  private func dialStreamSession() {
+    let handshake = min(configuration.requestTimeout ?? Self.streamHandshake, Self.streamHandshake)
+    let result = Result { () throws(NinePError) -> Session in try dialSession(handshake: handshake)
+    }
+    lock.lock()
+    dialingStream = false
+    let callers = Array(streamWaiters.values)
+    streamWaiters.removeAll()
+    switch result {
+    case .success(let session):
+      if case .closed = link {
+        session.close(reason: "pool closed")
+      } else {
+        streamSessions.append(session)
+      }
+    case .failure(let error):
+      // A server that serves one connection at a time leaves the second one unanswered.
+      extraSessionsRefused = true
+      logger.warning(
+        "could not open another session to \(address) (\(error)); room feeds share the open ones")
+    }
+    lock.unlock()
+    // Placed again: one new session may not hold them all, and a second dial then starts.
+    for caller in callers { session(for: .stream, completion: caller) }
+  }
+
+  /// The longest wait for a stream session's version and attach.
+  static let streamHandshake: Duration = .seconds(5)
 
   // MARK: - Losing and regaining the link
 
   /// Makes `session` the primary and watches it. Called with the lock held.
   private func install(primary session: Session) {
     primarySession = session
+    extraSessionsRefused = false
     sessionGeneration += 1
     link = .up
     linkSince = Date()
@@ -420,14 +438,16 @@ public final class Pool: @unchecked Sendable {
     thread.start()
   }
 
-  private func dialSession() throws(NinePError) -> Session {
+  private func dialSession(handshake: Duration? = nil) throws(NinePError) -> Session {
     let transport: any MessageTransport
     do {
       transport = try dial(address, options: dialOptions)
     } catch {
       throw .transport(error)
     }
-    return try Session.connect(transport: transport, configuration: configuration, logger: logger)
+    return try Session.connect(
+      transport: transport, configuration: configuration, handshakeTimeout: handshake,
+      logger: logger)
   }
 }
 

@@ -142,12 +142,13 @@ public final class Session: @unchecked Sendable {
 
   /// Negotiates the version and attaches, then starts the session's threads.
   ///
-  /// Blocks the calling thread for at most the configuration's timeout (or 30 s).
+  /// Blocks the calling thread for at most `handshakeTimeout`, else the configuration's
+  /// timeout (or 30 s).
   public static func connect(
     transport: any MessageTransport, configuration: SessionConfiguration,
-    logger: Logger = Logger(label: "mount9bbs.client")
+    handshakeTimeout: Duration? = nil, logger: Logger = Logger(label: "mount9bbs.client")
   ) throws(NinePError) -> Session {
-    let timeout = configuration.requestTimeout ?? .seconds(30)
+    let timeout = handshakeTimeout ?? configuration.requestTimeout ?? .seconds(30)
     let msize = try negotiateVersion(transport, configuration, timeout: timeout, logger: logger)
     var logger = logger
     logger[metadataKey: "server"] = "\(transport.address)"
@@ -376,13 +377,6 @@ public final class Session: @unchecked Sendable {
     condition.lock()
     reservedStreams = max(0, reservedStreams - 1)
     condition.unlock()
-  }
-
-  /// Reads that may park and are on the wire or queued: used by the pool to place streams.
-  public var parkableLoad: Int {
-    condition.lock()
-    defer { condition.unlock() }
-    return state.parked + state.queue.reduce(0) { $0 + ($1.mayPark ? 1 : 0) }
   }
 
   /// Registers a handler called once when the session closes (immediately if already closed).
