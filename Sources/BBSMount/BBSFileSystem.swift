@@ -29,7 +29,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   let inodes = InodeTable()
   let listings: ListingCache
   let posts: PostChannel
-  private let lock = NSLock()
+  let lock = NSLock()
   private var handles: [UInt64: OpenHandle] = [:]
   private var nextHandle: UInt64 = 1
   private var feeds: [[String]: RoomFeed] = [:]
@@ -83,7 +83,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   public func prefetchRoot(timeout: Duration) {
     let done = DispatchSemaphore(value: 0)
     listings.listing([], complete: true) { _ in done.signal() }
-    _ = done.wait(timeout: .now() + timeout.seconds)
+    _ = done.wait(timeout: .now() + timeout.timeInterval)
   }
 
   /// Posts waiting in the outbox, or nil without one.
@@ -174,6 +174,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       request.replyAttr(attributes, timeout: 0)
       return
     }
+    if case .room = node.kind { return getattrRoom(request, node, file: file) }
     if node.inode == .root || node.fetched.duration(to: .now) < options.attributeTimeout
       || isLocal(node.kind)
     {
@@ -421,7 +422,10 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     let feed = feed(for: node, room: room)
     feed.retain()
     let nonBlocking = info.flags & O_NONBLOCK != 0
-    let roomHandle = RoomHandle(feed: feed, nonBlocking: nonBlocking, poster: poster)
+    let endsAtEnd = info.flags & O_NOFOLLOW != 0
+    let roomHandle = RoomHandle(
+      feed: feed, inode: node.inode, nonBlocking: nonBlocking, endsAtEnd: endsAtEnd,
+      opener: request.caller.pid, poster: poster)
     var info = info
     info.handle = store(.room(roomHandle))
     let handleID = info.handle
@@ -430,8 +434,9 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       return
     }
     let opened = info
-    // Wait for the feed's first answer so `st_size` tells the truth: GNU tail reads a
-    // 0-byte file to its end before printing anything, and a room never ends.
+    // Wait for the room's first line so `st_size` tells the truth: GNU tail reads a 0-byte
+    // file to its end before printing anything, and a room never ends. A copy (O_NOFOLLOW)
+    // waits only briefly: it takes what there is.
     let waiter = WaiterBox()
     let pending = PendingReply(request) { [self] _ in
       if let id = waiter.id { feed.cancelWait(id) }
@@ -439,10 +444,20 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       feed.release()
     }
     guard !pending.isAnswered else { return }
-    waiter.id = feed.waitUntilPrimed {
+    waiter.id = feed.wait(beyond: 0) {
       pending.take()?.replyOpen(opened)
     }
+    if endsAtEnd {
+      DispatchQueue.global().asyncAfter(deadline: .now() + Self.copyOpenWait.timeInterval) {
+        guard let request = pending.take() else { return }
+        if let id = waiter.id { feed.cancelWait(id) }
+        request.replyOpen(opened)
+      }
+    }
   }
+
+  /// How long a copy's open of a room waits for the room's first line.
+  static let copyOpenWait: Duration = .seconds(1)
 
   private func readSnapshot(_ request: FuseRequest, node: InodeTable.Node, info: FuseFileInfo) {
     // The users list ignores the offset: read it once, so `cat` ends.
@@ -653,6 +668,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       request.replyData(data)
       return
     }
+    if room.endsAtEnd { request.replyData([UInt8]()); return }
     if room.nonBlocking { return reply(request, EAGAIN) }
     // At the end: wait for the next line. An interrupt answers EINTR at once; the feed runs on.
     let waiter = WaiterBox()
@@ -956,14 +972,14 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
 
   private func timeout(for node: InodeTable.Node) -> Double {
     // Rooms grow all the time: no attribute caching, so fstat sees growth at once.
-    isLocal(node.kind) ? 0 : options.attributeTimeout.seconds
+    isLocal(node.kind) ? 0 : options.attributeTimeout.timeInterval
   }
 
   func entry(for node: InodeTable.Node) -> FuseEntry {
     let timeout = timeout(for: node)
     return FuseEntry(
       inode: node.inode, attributes: attributes(for: node), attributeTimeout: timeout,
-      entryTimeout: options.attributeTimeout.seconds)
+      entryTimeout: options.attributeTimeout.timeInterval)
   }
 
   func attributes(for node: InodeTable.Node) -> stat {
@@ -1019,6 +1035,15 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     nextHandle += 1
     handles[id] = handle
     return id
+  }
+
+  /// Every open room handle, with its FUSE file handle.
+  func roomHandles() -> [(id: UInt64, room: RoomHandle)] {
+    lock.lock()
+    defer { lock.unlock() }
+    return handles.compactMap { id, handle in
+      if case .room(let room) = handle { (id, room) } else { nil }
+    }
   }
 
   private func handle(_ id: UInt64) -> OpenHandle? {

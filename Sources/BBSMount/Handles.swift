@@ -99,25 +99,64 @@ final class FileHandle: @unchecked Sendable {
   }
 }
 
+/// A chat room open for reading: reads the room feed's transcript at its own offset.
 final class RoomHandle: @unchecked Sendable {
   let feed: RoomFeed
+  /// The room file's inode.
+  let inode: FuseInode
   let nonBlocking: Bool
+  /// Opened with O_NOFOLLOW, as tree copiers (`cp -r`, `cp -a`, rsync, tar) open files: a read
+  /// at the end is end-of-file, so a copy or a backup finishes.
+  let endsAtEnd: Bool
+  /// The thread that opened it: a follow-loop `fstat` comes from the same one (see
+  /// ``RoomFollowing``).
+  let opener: pid_t
   let poster: PostHandle?
   private let lock = NSLock()
   private var readOffset: UInt64 = 0
+  private var reportedSize: UInt64?
   private var pollHandle: FusePollHandle?
 
-  init(feed: RoomFeed, nonBlocking: Bool, poster: PostHandle?) {
+  init(
+    feed: RoomFeed, inode: FuseInode, nonBlocking: Bool, endsAtEnd: Bool, opener: pid_t,
+    poster: PostHandle?
+  ) {
     self.feed = feed
+    self.inode = inode
     self.nonBlocking = nonBlocking
+    self.endsAtEnd = endsAtEnd
+    self.opener = opener
     self.poster = poster
   }
 
-  /// Where this handle's reader has got to, for poll readiness.
+  /// Where this handle's reader has got to, for poll readiness and follow waits.
   func advance(to offset: UInt64) {
     lock.lock()
     readOffset = max(readOffset, offset)
     lock.unlock()
+  }
+
+  /// The size an `fstat` of its opener last reported.
+  func reported(_ size: UInt64) {
+    lock.lock()
+    reportedSize = size
+    lock.unlock()
+  }
+
+  /// Whether its reader has seen the room's size and read up to it: what GNU tail's follow
+  /// loop has done when it `fstat`s again.
+  var isCaughtUp: Bool {
+    let length = feed.length
+    lock.lock()
+    defer { lock.unlock() }
+    return reportedSize == length && readOffset >= length
+  }
+
+  /// The size last reported, or 0.
+  var lastReported: UInt64 {
+    lock.lock()
+    defer { lock.unlock() }
+    return reportedSize ?? 0
   }
 
   var isReadable: Bool {

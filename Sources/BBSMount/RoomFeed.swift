@@ -24,7 +24,6 @@ final class RoomFeed: @unchecked Sendable {
   private var waiters: [UInt64: Waiter] = [:]
   private var nextWaiterID: UInt64 = 1
   private var users = 0
-  private var primed = false
   private var generation: UInt64 = 0
   private var active: (session: Session, fid: Fid)?
   private var inFlight: (session: Session, handle: RequestHandle)?
@@ -34,9 +33,12 @@ final class RoomFeed: @unchecked Sendable {
   /// The session the pool placed this feed on (holding one of its stream reservations).
   private var placedOn: Session?
   private var backoff: Duration = .zero
-  private var lastError: NinePError?
   /// Set for a while after a reconnect, to drop lines the transcript already has.
   private var dedupe: ReplayFilter?
+  /// Set once the server answered a caught-up read with nothing at once (a board that does
+  /// not park reads). Such a board (Gen-1) keys every reader's place by its last writer, so
+  /// a new author replays the whole ring: exact copies of recent lines are dropped.
+  private var echoes: EchoFilter?
   /// A read failed since the last one that worked: the next may replay what we have (a
   /// restarted server's backlog, a post the outbox sends again). Stopping and starting again
   /// as readers come and go replays nothing: the server keeps the user's place.
@@ -45,13 +47,18 @@ final class RoomFeed: @unchecked Sendable {
   var onGrowth: (@Sendable () -> Void)?
 
   private struct Waiter {
-    /// Wake when the transcript is longer than this; nil: wake when primed.
-    var beyond: UInt64?
+    /// Wake when the transcript is longer than this.
+    var beyond: UInt64
     var callback: @Sendable () -> Void
   }
 
-  static let minimumBackoff: Duration = .milliseconds(100)
-  static let maximumBackoff: Duration = .seconds(2)
+  /// First pause after an instant empty reply; doubles while the room stays idle.
+  static let minimumBackoff: Duration = .milliseconds(25)
+  /// The longest pause between polls of an idle room on a board that does not park reads:
+  /// two requests a second keep radio use low and still catch a 49-line ring filling up.
+  static let maximumIdlePoll: Duration = .milliseconds(500)
+  /// The longest wait before dialling again after a failure.
+  static let maximumRetry: Duration = .seconds(2)
   /// A reply faster than this that carries nothing counts as "instant" and backs off.
   static let instantReply: Duration = .milliseconds(20)
 
@@ -70,7 +77,6 @@ final class RoomFeed: @unchecked Sendable {
         // The last mount's lines: the room opens at once with them, and the server, which
         // may have restarted since, could send some of them again.
         transcript.append(kept, at: modified)
-        primed = true
         lostRead = true
         logger.debug("room feed \(room): \(kept.count) bytes of history from \(history.path)")
       }
@@ -105,19 +111,15 @@ final class RoomFeed: @unchecked Sendable {
 
   /// Calls `callback` once the transcript is longer than `offset` (at once if it already is).
   /// Returns an id for ``cancelWait(_:)``, or nil if it called back already.
+  ///
+  /// `wait(beyond: 0)` is how a room opens: not before it has a line, so `st_size` is never a
+  /// 0 that GNU tail would read to an end that never comes. An empty reply (a board answering
+  /// at once, a parked read flushed to give its slot to another room) says nothing about the
+  /// room, so it does not count.
   func wait(beyond offset: UInt64, _ callback: @escaping @Sendable () -> Void) -> UInt64? {
-    addWaiter(Waiter(beyond: offset, callback: callback)) { $0.transcript.length > offset }
-  }
-
-  /// Calls `callback` once the feed has had its first answer from the server (the backlog, or
-  /// an empty reply), so a new reader sees a truthful `st_size`.
-  func waitUntilPrimed(_ callback: @escaping @Sendable () -> Void) -> UInt64? {
-    addWaiter(Waiter(beyond: nil, callback: callback)) { $0.primed }
-  }
-
-  private func addWaiter(_ waiter: Waiter, ready: (RoomFeed) -> Bool) -> UInt64? {
+    let waiter = Waiter(beyond: offset, callback: callback)
     lock.lock()
-    if ready(self) {
+    if transcript.length > offset {
       lock.unlock()
       waiter.callback()
       return nil
@@ -144,7 +146,11 @@ final class RoomFeed: @unchecked Sendable {
     lock.lock()
     users += 1
     let start = users == 1 && active == nil && inFlight == nil
-    if start { generation += 1 }
+    if start {
+      generation += 1
+      // A new run polls at once: an old backoff would miss lines a board's ring drops.
+      backoff = .zero
+    }
     let current = generation
     lock.unlock()
     if start { connect(generation: current) }
@@ -291,12 +297,28 @@ final class RoomFeed: @unchecked Sendable {
     _ data: [UInt8], elapsed: Duration, session: Session, fid: Fid, generation: UInt64
   ) {
     lock.lock()
-    guard generation == self.generation else {
+    let current = generation == self.generation
+    guard current || !data.isEmpty else {
       lock.unlock()
       return
     }
-    inFlight = nil
+    // A reply to a read the last reader's close was flushing still counts: the server moved
+    // this user's place past these lines, so they will never come again.
+    if current { inFlight = nil }
     var data = data
+    if data.isEmpty && elapsed < Self.instantReply && echoes == nil {
+      echoes = EchoFilter(lines: transcript.lastLines(EchoFilter.window))
+      logger.debug("room feed \(room): the server answers caught-up reads at once; polling")
+    }
+    if var filter = echoes {
+      let kept = filter.filter(data)
+      echoes = filter
+      if kept.count != data.count {
+        logger.info(
+          "room feed \(room): dropped \(data.count - kept.count) bytes the board sent again")
+      }
+      data = kept
+    }
     if var filter = dedupe {
       if filter.isExpired {
         dedupe = nil
@@ -310,16 +332,14 @@ final class RoomFeed: @unchecked Sendable {
       }
     }
     transcript.append(data)
-    primed = true
-    lastError = nil
     let length = transcript.length
     var ready: [@Sendable () -> Void] = []
-    for (id, waiter) in waiters where waiter.beyond.map({ length > $0 }) ?? true {
+    for (id, waiter) in waiters where length > waiter.beyond {
       ready.append(waiter.callback)
       waiters[id] = nil
     }
     if data.isEmpty && elapsed < Self.instantReply {
-      backoff = backoff == .zero ? Self.minimumBackoff : min(backoff * 2, Self.maximumBackoff)
+      backoff = backoff == .zero ? Self.minimumBackoff : min(backoff * 2, Self.maximumIdlePoll)
     } else {
       backoff = .zero
     }
@@ -328,10 +348,12 @@ final class RoomFeed: @unchecked Sendable {
     lock.unlock()
     // The next read goes out first, so the server has it parked by the next post; then the
     // waiting readers are answered, several at a time when there are many.
-    if delay == .zero {
+    if !current {
+      // Stopped: no next read.
+    } else if delay == .zero {
       readNext(session: session, fid: fid, generation: generation)
     } else {
-      DispatchQueue.global().asyncAfter(deadline: .now() + delay.seconds) { [self] in
+      DispatchQueue.global().asyncAfter(deadline: .now() + delay.timeInterval) { [self] in
         readNext(session: session, fid: fid, generation: generation)
       }
     }
@@ -352,21 +374,49 @@ final class RoomFeed: @unchecked Sendable {
       lock.unlock()
       return
     }
-    lastError = error
     lostRead = true
-    backoff = backoff == .zero ? Self.minimumBackoff : min(backoff * 2, Self.maximumBackoff)
+    backoff = min(max(backoff * 2, .milliseconds(100)), Self.maximumRetry)
     let delay = backoff
     lock.unlock()
     logger.warning("room feed \(room): \(error); retrying in \(delay)")
-    DispatchQueue.global().asyncAfter(deadline: .now() + delay.seconds) { [self] in
+    DispatchQueue.global().asyncAfter(deadline: .now() + delay.timeInterval) { [self] in
       if isCurrent(generation) { connect(generation: generation) }
     }
   }
 }
 
-extension Duration {
-  var seconds: Double {
-    Double(components.seconds) + Double(components.attoseconds) / 1e18
+/// Drops exact copies of recent lines (stamp, author and text alike): what a board that keys
+/// every reader's place by its last writer sends again when someone new posts (facts §1.3).
+/// A line genuinely repeated by the same author in the same second is dropped too; that is
+/// the price on such a board, and the filter is only armed there.
+struct EchoFilter {
+  static let window = 512
+  private var known: Set<[UInt8]>
+  private var order: [[UInt8]]
+
+  init(lines: [ArraySlice<UInt8>]) {
+    order = lines.map { Array($0.last == UInt8(ascii: "\n") ? $0.dropLast() : $0) }
+    known = Set(order)
+  }
+
+  mutating func filter(_ data: [UInt8]) -> [UInt8] {
+    var kept: [UInt8] = []
+    var start = data.startIndex
+    while start < data.endIndex {
+      let end = data[start...].firstIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? data.endIndex
+      let line = data[start..<end]
+      let key = Array(line.last == UInt8(ascii: "\n") ? line.dropLast() : line)
+      if known.insert(key).inserted {
+        kept += line
+        order.append(key)
+        if order.count > Self.window * 2 {
+          for old in order.prefix(order.count - Self.window) { known.remove(old) }
+          order.removeFirst(order.count - Self.window)
+        }
+      }
+      start = end
+    }
+    return kept
   }
 }
 

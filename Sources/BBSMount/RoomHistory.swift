@@ -102,7 +102,7 @@ public final class RoomHistory: @unchecked Sendable {
     scheduled = true
     lock.unlock()
     if schedule {
-      Self.writer.asyncAfter(deadline: .now() + Self.flushDelay.seconds) { [weak self] in
+      Self.writer.asyncAfter(deadline: .now() + Self.flushDelay.timeInterval) { [weak self] in
         self?.flush()
       }
     }

@@ -71,6 +71,11 @@ struct MountDaemon {
     var mountOptions = MountOptions(uid: getuid(), gid: getgid())
     mountOptions.readOnly = options.readOnly
     mountOptions.streamGlobs = options.streamGlobs
+    // As /proc shows it in a process's open files: symbolic links resolved.
+    mountOptions.mountpoint = realpath(mountpoint, nil).map { resolved in
+      defer { free(resolved) }
+      return String(cString: resolved)
+    }
     let fileSystem: BBSFileSystem
     do {
       // The built-in BBS lives and dies with the mount: no outbox or history for it.
@@ -136,8 +141,12 @@ struct MountDaemon {
       var policy = ReconnectPolicy()
       policy.enabled = options.reconnect
       policy.keepaliveInterval = options.keepalive
+      // A board parks 4 reads per session: following more than 4 rooms takes a second stream
+      // session (dialled only then) rather than parking on the primary, where each read
+      // would hold `ls` and posts back for the park grace.
+      let sessions = options.sessions ?? (configuration.profile == .device ? 3 : 2)
       let pool = Pool(
-        address: candidate, configuration: configuration, maxSessions: options.sessions ?? 2,
+        address: candidate, configuration: configuration, maxSessions: sessions,
         policy: policy, logger: logger)
       do {
         try pool.start()

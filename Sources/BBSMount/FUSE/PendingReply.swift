@@ -22,21 +22,30 @@ public final class PendingReply: Sendable, Hashable {
   /// The parked request (for logs and lookups; reply only through ``take()``).
   public let request: FuseRequest
 
-  /// Parks `request`. Unless `interruptible` is false, an interrupt answers it with `EINTR`
-  /// and then calls `onCancel` with this object (to drop it from the caller's wait list).
+  /// Parks `request`. Unless `interruptible` is false, an interrupt answers it (with `EINTR`,
+  /// or through `answerInterrupt`, which runs off libfuse's thread) and then calls `onCancel`
+  /// with this object (to drop it from the caller's wait list).
   ///
   /// Create it while the request is still private and without holding any lock that
   /// `onCancel` takes: an interrupt that already arrived is handled before `init` returns.
   public init(
     _ request: FuseRequest, interruptible: Bool = true,
+    answerInterrupt: (@Sendable (FuseRequest) -> Void)? = nil,
     onCancel: (@Sendable (PendingReply) -> Void)? = nil
   ) {
     self.request = request
     slot = Mutex(request)
     guard interruptible else { return }
     request.onInterrupt { [weak self] _ in
-      guard let self else { return }
-      if let r = self.take() {
+      guard let self, let r = self.take() else { return }
+      if let answerInterrupt {
+        // libfuse holds its request lock while calling us; an answer that takes our own
+        // locks must not run under it.
+        DispatchQueue.global().async {
+          answerInterrupt(r)
+          onCancel?(self)
+        }
+      } else {
         r.replyError(EINTR)
         onCancel?(self)
       }
@@ -53,21 +62,6 @@ public final class PendingReply: Sendable, Hashable {
 
   /// Whether someone took the request already (and so answered it or will).
   public var isAnswered: Bool { slot.withLock { $0 == nil } }
-
-  /// Answers `errno` after `timeout` unless someone took the request first; then calls
-  /// `onTimeout` (to drop it from the caller's wait list).
-  public func expire(
-    after timeout: Duration, errno: Int32 = ETIMEDOUT,
-    onTimeout: (@Sendable (PendingReply) -> Void)? = nil
-  ) {
-    let (s, a) = timeout.components
-    let nanos = Int(min(s, Int64(Int.max / 1_000_000_000))) * 1_000_000_000 + Int(a / 1_000_000_000)
-    DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(nanos)) { [weak self] in
-      guard let self, let r = self.take() else { return }
-      r.replyError(errno)
-      onTimeout?(self)
-    }
-  }
 
   public static func == (a: PendingReply, b: PendingReply) -> Bool { a === b }
   public func hash(into h: inout Hasher) { h.combine(ObjectIdentifier(self)) }

@@ -1,0 +1,165 @@
+// How `tail -f` of a room shows a line the moment it arrives.
+//
+// GNU tail treats a FUSE file as remote: it never uses inotify and never reads at the end of
+// a regular file. Its follow loop `fstat`s each file; an unchanged size and mtime sends it to
+// sleep for a second (`-s`) when no file gave input. So a line waits up to a second unless the
+// `fstat` itself returns when the room grows. The kernel's getattr carries no file handle for
+// fstat, only the calling thread, so the mount recognises the loop by its caller: a thread
+// that opened the room, was told its size and has read up to it, asks again. Its getattr is
+// held until one of the rooms that thread follows grows (bounded; an interrupt answers it at
+// once with the attributes as they are, so Ctrl-C and Ctrl-Z work and `fg` carries on).
+//
+// Only when that is safe: the caller writes to a terminal (tail flushes a pipe only after a
+// pass with no input, so into a pipe it keeps its one-second rhythm and every line), and it
+// has no regular file open outside this mount (`tail -f room /var/log/syslog` must still see
+// the log). Anyone else's getattr (`ls -l`, `stat`, a `cat` starting) never waits.
+
+import Dispatch
+import Foundation
+import Glibc
+
+/// The follow-loop waits of room files.
+enum RoomFollowing {
+  /// The longest a follow-loop `fstat` is held: every FUSE request is answered in bounded time.
+  static let longestWait: Duration = .seconds(60)
+}
+
+/// What the mount can learn about the process behind a FUSE request, from `/proc`.
+struct CallerProcess {
+  let pid: pid_t
+
+  /// Whether its standard output is a terminal (a character device other than /dev/null).
+  var writesToTerminal: Bool {
+    guard pid > 0, let target = Self.link("/proc/\(pid)/fd/1") else { return false }
+    // Only device nodes are looked at: a stat of a path on this mount would come back to us.
+    guard target.hasPrefix("/dev/") else { return false }
+    var info = stat()
+    guard stat(target, &info) == 0, info.st_mode & S_IFMT == S_IFCHR else { return false }
+    return target != "/dev/null"
+  }
+
+  /// Whether every regular file it has open (other than its standard streams) is under
+  /// `mountpoint`. False when that cannot be told (no permission, too many descriptors).
+  func opensFilesOnlyUnder(_ mountpoint: String) -> Bool {
+    guard pid > 0, let directory = opendir("/proc/\(pid)/fd") else { return false }
+    defer { closedir(directory) }
+    let prefix = mountpoint.hasSuffix("/") ? mountpoint : mountpoint + "/"
+    var seen = 0
+    while let entry = readdir(directory) {
+      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+        String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+      }
+      guard let fd = Int(name), fd > 2 else { continue }
+      seen += 1
+      if seen > 256 { return false }
+      // Pipes, sockets and anonymous inodes read as "pipe:[…]" and the like: not files.
+      guard let target = Self.link("/proc/\(pid)/fd/\(fd)"), target.hasPrefix("/") else {
+        continue
+      }
+      if !target.hasPrefix(prefix) { return false }
+    }
+    return true
+  }
+
+  private static func link(_ path: String) -> String? {
+    var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+    let count = readlink(path, &buffer, buffer.count - 1)
+    guard count > 0 else { return nil }
+    return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  }
+}
+
+extension BBSFileSystem {
+  /// Answers a getattr of a room file, holding it while it is a follow-loop `fstat` (see the
+  /// file comment).
+  func getattrRoom(_ request: FuseRequest, _ node: InodeTable.Node, file: FuseFileInfo?) {
+    let all = roomHandles()
+    if let file {
+      // A getattr with a handle comes from lseek(SEEK_END) and the like: the reader is now
+      // at the size it is told.
+      if let handle = all.first(where: { $0.id == file.handle })?.room {
+        answer(request, node, updating: [handle])
+      } else {
+        answer(request, node, updating: [])
+      }
+      return
+    }
+    let pid = request.caller.pid
+    let followed = all.map(\.room).filter { $0.opener == pid && !$0.endsAtEnd && !$0.nonBlocking }
+    let here = followed.filter { $0.inode == node.inode }
+    guard !here.isEmpty, followed.allSatisfy(\.isCaughtUp), let mountpoint = options.mountpoint,
+      CallerProcess(pid: pid).writesToTerminal,
+      CallerProcess(pid: pid).opensFilesOnlyUnder(mountpoint)
+    else {
+      return answer(request, node, updating: here)
+    }
+    hold(request, node, answering: here, until: followed)
+  }
+
+  /// Replies with the node's attributes now and records the size each handle was told.
+  private func answer(
+    _ request: FuseRequest, _ node: InodeTable.Node, updating handles: [RoomHandle]
+  ) {
+    let attributes = attributes(for: node)
+    for handle in handles { handle.reported(UInt64(attributes.st_size)) }
+    request.replyAttr(attributes, timeout: 0)
+  }
+
+  /// Holds `request` until a room of `followed` grows past the size its reader was told, the
+  /// wait limit passes, an interrupt comes or the mount shuts down; then answers it.
+  private func hold(
+    _ request: FuseRequest, _ node: InodeTable.Node, answering here: [RoomHandle],
+    until followed: [RoomHandle]
+  ) {
+    let waits = FollowWaits()
+    let pending = PendingReply(
+      request,
+      answerInterrupt: { [self] interrupted in answer(interrupted, node, updating: here) },
+      onCancel: { _ in waits.cancelAll() })
+    guard !pending.isAnswered else { return }
+    let wake: @Sendable () -> Void = { [self] in
+      guard let request = pending.take() else { return }
+      waits.cancelAll()
+      answer(request, node, updating: here)
+    }
+    var feeds: [ObjectIdentifier: (RoomFeed, UInt64)] = [:]
+    for handle in followed {
+      let key = ObjectIdentifier(handle.feed)
+      feeds[key] = (handle.feed, min(feeds[key]?.1 ?? .max, handle.lastReported))
+    }
+    for (feed, size) in feeds.values {
+      guard let id = feed.wait(beyond: size, wake) else { return }
+      waits.add(feed, id)
+      if pending.isAnswered { return waits.cancelAll() }
+    }
+    DispatchQueue.global().asyncAfter(
+      deadline: .now() + RoomFollowing.longestWait.timeInterval, execute: wake)
+  }
+}
+
+/// The feed waiters of one held getattr, cancelled together once it is answered.
+private final class FollowWaits: @unchecked Sendable {
+  private let lock = NSLock()
+  private var waits: [(RoomFeed, UInt64)] = []
+  private var cancelled = false
+
+  func add(_ feed: RoomFeed, _ id: UInt64) {
+    lock.lock()
+    if cancelled {
+      lock.unlock()
+      feed.cancelWait(id)
+      return
+    }
+    waits.append((feed, id))
+    lock.unlock()
+  }
+
+  func cancelAll() {
+    lock.lock()
+    cancelled = true
+    let all = waits
+    waits.removeAll()
+    lock.unlock()
+    for (feed, id) in all { feed.cancelWait(id) }
+  }
+}
