@@ -18,8 +18,13 @@ struct BBSDaemonCommand: ParsableCommand {
     discussion: """
       Serves /etc, /rooms and /chat like a 9BBS board, over TCP, Unix or seqpacket sockets. \
       With --profile device it reproduces a real board's limits and quirks and disconnects a \
-      client that breaks the board's wire rules. Without --listen or --stdio it listens on \
-      \(BBSServerConfiguration.defaultListen).
+      client that breaks the board's wire rules. With --profile gen1 it reproduces the \
+      "Gen-1" board (9p4z's 9BBS at 9aa8a00): the device's limits, chat reads that never \
+      wait (a caught-up reader gets 0 bytes at once), a 49-line ring per room, one chat \
+      cursor for everyone keyed by the last writer on any connection, one generic error \
+      string per operation ("read failed", …), Rversion tagged NOTAG, requests served one \
+      at a time in order, and fids left open at disconnect counted and logged. Without \
+      --listen or --stdio it listens on \(BBSServerConfiguration.defaultListen).
       """)
 
   @Option(
@@ -48,16 +53,24 @@ struct BBSDaemonCommand: ParsableCommand {
   @Option(help: "Keep the board in DIR/9bbs.sqlite across restarts.")
   var data: String?
 
-  @Option(help: "default or device.")
+  @Option(help: "default, device or gen1.")
   var profile = "default"
 
   @Option(help: "Device profile: the largest SDU accepted from a client.")
   var sdu = 245
 
-  @Option(help: "Device profile: hold each request this many milliseconds.")
+  @Option(help: "Device and gen1 profiles: hold each request this many milliseconds.")
   var processingDelay = 0
 
-  @Option(help: "Largest msize granted (the device profile caps it at 8192).")
+  @Option(
+    help: ArgumentHelp(
+      """
+      Serve at most N clients at once; later ones wait in the listen backlog, unserved, \
+      until one disconnects (default: unlimited; device: a 5th session is refused).
+      """, valueName: "N"))
+  var maxConnections: Int?
+
+  @Option(help: "Largest msize granted (the device and gen1 profiles cap it at 8192).")
   var maxMsize: Int?
 
   @Option(help: "trace, debug, info, notice, warning, error or critical.")
@@ -72,7 +85,7 @@ struct BBSDaemonCommand: ParsableCommand {
 
   func validate() throws {
     guard BBSProfile(rawValue: profile) != nil else {
-      throw ValidationError("--profile must be 'default' or 'device'")
+      throw ValidationError("--profile must be 'default', 'device' or 'gen1'")
     }
     guard Logger.Level(rawValue: logLevel) != nil else {
       throw ValidationError(
@@ -80,6 +93,9 @@ struct BBSDaemonCommand: ParsableCommand {
     }
     guard sdu >= 8 else { throw ValidationError("--sdu must be at least 8") }
     guard processingDelay >= 0 else { throw ValidationError("--processing-delay must be ≥ 0") }
+    if let maxConnections, maxConnections < 1 {
+      throw ValidationError("--max-connections must be at least 1")
+    }
     if files == nil && filesRw { throw ValidationError("--files-rw needs --files DIR") }
     if let advertise, advertise.isEmpty || advertise.utf8.count > 63 {
       throw ValidationError("--advertise needs a name of 1 to 63 bytes")
@@ -108,7 +124,8 @@ struct BBSDaemonCommand: ParsableCommand {
       listen: listenAddresses, profile: BBSProfile(rawValue: profile) ?? .standard,
       rooms: roomList, boardName: boardName, motd: motd, filesDirectory: files,
       filesWritable: filesRw, dataDirectory: data, maxMessageSize: maxMsize, sduLimit: sdu,
-      processingDelay: .milliseconds(processingDelay))
+      processingDelay: .milliseconds(processingDelay),
+      connectionLimit: maxConnections.map { .backlog($0) })
 
     let server: BBSServer
     let bound: [String]

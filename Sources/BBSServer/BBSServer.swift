@@ -17,7 +17,11 @@
 //   (WAIT_SIZE → WAIT_DATA → PROCESSING) over raw SDUs and hands complete messages to one
 //   serial worker queue shared by all sessions (the device's `9p_proc`), which may hold each
 //   request for `processingDelay`; a client that breaks the wire rules is disconnected with an
-//   error log line that says what it did wrong.
+//   error log line that says what it did wrong. Gen1 profile: the reader thread hands each
+//   whole message to the same worker and waits for it (the old core answered one request at a
+//   time, in order); chat reads never park.
+// - `ConnectionLimit.backlog(n)`: the accept loop stops calling accept(2) while n clients are
+//   connected, so later clients sit in the kernel's listen backlog (9p4z's TCP transport).
 // - Posting threads never block on a slow client: wake-ups run on `wakeQueue`.
 
 import Dispatch
@@ -47,11 +51,16 @@ public final class BBSServer: Sendable {
   let wakeQueue = DispatchQueue(label: "9bbs.wake", attributes: .concurrent)
   private let state = Mutex(RunState())
   private let threads = DispatchGroup()
+  /// The connection slots of ``ConnectionLimit/backlog(_:)``; nil for other limits.
+  private let slots: ConnectionSlots?
 
   private struct RunState {
     var listeners: [Listener] = []
     var bound: [String] = []
     var connections: [Int: Connection] = [:]
+    /// Connections holding one of `slots`.
+    var slotted: Set<Int> = []
+    var fidsLeftOpen = 0
     var nextID = 1
     var running = false
     var stopped = false
@@ -65,6 +74,18 @@ public final class BBSServer: Sendable {
   ) throws(ServerError) {
     self.configuration = configuration
     self.logger = logger
+    switch configuration.connectionLimit {
+    case .backlog(let limit), .refuse(let limit):
+      guard limit >= 1 else {
+        throw ServerError.badConfiguration("the connection limit must be at least 1")
+      }
+    case .unlimited: break
+    }
+    if case .backlog(let limit) = configuration.connectionLimit {
+      slots = ConnectionSlots(limit: limit)
+    } else {
+      slots = nil
+    }
     let store: any BoardStore
     if let directory = configuration.dataDirectory {
       do {
@@ -93,7 +114,7 @@ public final class BBSServer: Sendable {
     let files = try configuration.filesDirectory.map { (directory) throws(ServerError) in
       try FilesArea(directory: directory, writable: configuration.filesWritable)
     }
-    tree = Tree(board: board, files: files, device: configuration.profile == .device)
+    tree = Tree(board: board, files: files, device: configuration.profile.imitatesBoard)
   }
 
   /// Opens every configured listener and starts accepting. Returns the bound addresses as dial
@@ -131,6 +152,11 @@ public final class BBSServer: Sendable {
   /// Number of connected sessions.
   public var sessionCount: Int { state.withLock { $0.connections.count } }
 
+  /// Gen1 profile: fids that clients had not clunked when their connections ended, summed over
+  /// every connection so far (a Gen-1 board never releases them). A well-behaved client leaves
+  /// this at 0. Always 0 in the other profiles, which clunk leftover fids themselves.
+  public var fidsLeftOpen: Int { state.withLock { $0.fidsLeftOpen } }
+
   /// Connections with a request in progress on the worker (device profile; for tests).
   var busyConnections: Int {
     state.withLock { Array($0.connections.values) }.filter(\.isProcessing).count
@@ -139,7 +165,7 @@ public final class BBSServer: Sendable {
   /// Serves one already-connected transport (e.g. stdin/stdout for `9bbsd --stdio`) on its own
   /// reader thread, like an accepted connection.
   public func serve(_ transport: any MessageTransport) {
-    guard let connection = admit(transport) else { return }
+    guard let connection = admit(transport, slotted: false) else { return }
     spawn(name: "9bbs.conn") { connection.run() }
   }
 
@@ -153,6 +179,7 @@ public final class BBSServer: Sendable {
       state.listeners.removeAll()
       return result
     }
+    slots?.close()
     for listener in listeners { listener.close() }
     for connection in connections { connection.close(reason: "server stopping") }
     if threads.wait(timeout: .now() + 5) == .timedOut {
@@ -179,6 +206,16 @@ public final class BBSServer: Sendable {
 
   private func acceptLoop(_ listener: Listener) {
     while true {
+      // At the limit, leave newcomers in the listen backlog until a client leaves.
+      if let slots,
+        !slots.waitForRoom(onWait: { [logger, listener] limit in
+          logger.info(
+            "9bbsd: \(limit) of \(limit) connections in use; not accepting on \(listener.boundAddress) until one ends"
+          )
+        })
+      {
+        return
+      }
       let transport: SocketTransport?
       do {
         transport = try listener.accept()
@@ -189,18 +226,24 @@ public final class BBSServer: Sendable {
         continue
       }
       guard let transport else { return }
-      serve(transport)
+      // Another listener may have taken the last slot meanwhile: hold this one unserved.
+      if let slots, !slots.acquire() {
+        transport.close()
+        return
+      }
+      guard let connection = admit(transport, slotted: slots != nil) else { return }
+      spawn(name: "9bbs.conn") { connection.run() }
     }
   }
 
-  private func admit(_ transport: any MessageTransport) -> Connection? {
+  private func admit(_ transport: any MessageTransport, slotted: Bool) -> Connection? {
     var refusal = ""
     let admitted = state.withLock { state -> Connection? in
       guard !state.stopped else {
         refusal = "the server is stopping"
         return nil
       }
-      if let max = configuration.maxSessions, state.connections.count >= max {
+      if case .refuse(let max) = configuration.connectionLimit, state.connections.count >= max {
         refusal = "all \(max) sessions in use"
         return nil
       }
@@ -208,16 +251,76 @@ public final class BBSServer: Sendable {
       state.nextID += 1
       let connection = Connection(id: id, transport: transport, server: self)
       state.connections[id] = connection
+      if slotted { state.slotted.insert(id) }
       return connection
     }
     if admitted == nil {
       logger.warning("9bbsd: refusing a connection on \(transport.address): \(refusal)")
       transport.close()
+      if slotted { slots?.release() }
     }
     return admitted
   }
 
-  func connectionEnded(_ id: Int) {
-    _ = state.withLock { $0.connections.removeValue(forKey: id) }
+  /// Forgets a connection; `fidsLeftOpen` are the fids its client never clunked (gen1).
+  func connectionEnded(_ id: Int, fidsLeftOpen: Int) {
+    let slotted = state.withLock { state in
+      state.connections.removeValue(forKey: id)
+      state.fidsLeftOpen += fidsLeftOpen
+      return state.slotted.remove(id) != nil
+    }
+    if slotted { slots?.release() }
+  }
+}
+
+/// The slots of ``ConnectionLimit/backlog(_:)``: how many accepted connections are live.
+final class ConnectionSlots: @unchecked Sendable {
+  // `inUse` and `closed` are guarded by `condition`.
+  private let condition = NSCondition()
+  private let limit: Int
+  private var inUse = 0
+  private var closed = false
+
+  init(limit: Int) {
+    self.limit = limit
+  }
+
+  /// Waits until a slot is free without taking it; `onWait` runs once if it has to wait.
+  /// Returns false once closed.
+  func waitForRoom(onWait: (Int) -> Void) -> Bool {
+    condition.lock()
+    let full = inUse >= limit && !closed
+    condition.unlock()
+    if full { onWait(limit) }
+    condition.lock()
+    defer { condition.unlock() }
+    while inUse >= limit && !closed { condition.wait() }
+    return !closed
+  }
+
+  /// Takes a slot, waiting for one if needed. Returns false once closed.
+  func acquire() -> Bool {
+    condition.lock()
+    defer { condition.unlock() }
+    while inUse >= limit && !closed { condition.wait() }
+    guard !closed else { return false }
+    inUse += 1
+    return true
+  }
+
+  /// Gives a slot back.
+  func release() {
+    condition.lock()
+    inUse = max(0, inUse - 1)
+    condition.broadcast()
+    condition.unlock()
+  }
+
+  /// Wakes every waiter for good (the server is stopping).
+  func close() {
+    condition.lock()
+    closed = true
+    condition.broadcast()
+    condition.unlock()
   }
 }

@@ -76,6 +76,20 @@ final class WireClient: @unchecked Sendable {
     }
   }
 
+  /// The next reply with `tag` if one arrives within `timeout`, else nil; never fails the test
+  /// (for checking that a reply does not come).
+  func reply(tag: Tag, ifWithin timeout: TimeInterval) -> Message? {
+    let deadline = Date().addingTimeInterval(timeout)
+    condition.lock()
+    defer { condition.unlock() }
+    while true {
+      if let index = pending.firstIndex(where: { $0.tag == tag }) {
+        return pending.remove(at: index).message
+      }
+      if ended || !condition.wait(until: deadline) { return nil }
+    }
+  }
+
   /// Sends and awaits the reply.
   @discardableResult
   func rpc(

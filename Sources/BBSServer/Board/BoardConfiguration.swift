@@ -4,6 +4,13 @@ public enum BBSProfile: String, Sendable, CaseIterable {
   case standard = "default"
   /// A faithful copy of a Zephyr/9p4z board: its limits, its quirks and its wire discipline.
   case device
+  /// The "Gen-1" board (9p4z's 9BBS at `9aa8a00`): the device's limits and tree quirks on the
+  /// old synchronous core: chat reads never park, one chat cursor keyed by the last writer,
+  /// generic error strings, Rversion tagged NOTAG, fids not clunked at disconnect.
+  case gen1
+
+  /// Whether the profile imitates a 9BBS board's tree, limits and quirks (device and gen1).
+  var imitatesBoard: Bool { self != .standard }
 }
 
 /// How chat line stamps are taken and rendered.
@@ -40,7 +47,7 @@ public struct BoardLimits: Sendable, Equatable {
   /// offsets are assembled and the whole text is parsed again, so chunked writes work.
   public var messageWriteReplaces: Bool
 
-  /// The limits of a real 9BBS device.
+  /// The limits of a real 9BBS device (also Gen-1's: the same 9BBS Kconfig).
   public static let device = BoardLimits(
     chatRingCapacity: 49, maxChatUsers: 8, maxChatText: 255, maxAuthor: 31,
     messagesPerRoom: 20, maxBoardRooms: 8, maxRoomName: 31, clock: .uptime,
@@ -54,7 +61,7 @@ public struct BoardLimits: Sendable, Equatable {
 
   /// The limits that go with a profile.
   public static func forProfile(_ profile: BBSProfile) -> BoardLimits {
-    profile == .device ? .device : .standard
+    profile.imitatesBoard ? .device : .standard
   }
 }
 

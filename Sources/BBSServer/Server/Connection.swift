@@ -62,8 +62,8 @@ final class Connection: Sendable {
     logger.info("session \(id): \(transport.address) connected")
     if raw != nil {
       runDevicePackets()
-    } else if server.configuration.profile == .device {
-      runDeviceStream()
+    } else if server.configuration.profile.imitatesBoard {
+      runSerially()
     } else {
       runMultiplexed()
     }
@@ -78,8 +78,15 @@ final class Connection: Sendable {
     }
     guard first else { return }
     transport.close()
-    session.close()
-    server.connectionEnded(id)
+    let leftOpen = session.close()
+    // A Gen-1 board never releases them; count them so tests can check the client clunked.
+    let gen1 = server.configuration.profile == .gen1
+    if gen1 && leftOpen > 0 {
+      logger.info(
+        "session \(id): \(leftOpen) fid\(leftOpen == 1 ? "" : "s") left open at disconnect (gen1 does not clunk them)"
+      )
+    }
+    server.connectionEnded(id, fidsLeftOpen: gen1 ? leftOpen : 0)
     logger.info("session \(id): disconnected\(reason.map { " (\($0))" } ?? "")")
   }
 
@@ -106,11 +113,13 @@ final class Connection: Sendable {
 
   // MARK: Device profile
 
-  /// Device profile over a byte stream (TCP, Unix): no SDUs to police, but one request at a
-  /// time on the shared worker.
-  private func runDeviceStream() {
+  /// Device profile over a byte stream (TCP, Unix), and gen1 over any transport: no SDUs to
+  /// police, but one request at a time on the shared worker. Pipelined requests wait in the
+  /// socket and are served in order.
+  private func runSerially() {
+    let profile = server.configuration.profile.rawValue
     while let frame = receiveFrame(failure: {
-      "device profile: session \(id): \($0) — disconnecting"
+      "\(profile) profile: session \(id): \($0) — disconnecting"
     }) {
       let done = DispatchSemaphore(value: 0)
       process(frame) { done.signal() }

@@ -5,19 +5,29 @@ import NinePProtocol
 /// A request failed; `ename` is the Rerror text (9p4z table, facts §7.6).
 struct NinePFailure: Error, Equatable {
   let ename: String
+  /// Whether the failure came from the file system (an errno) rather than the 9P layer; Gen-1
+  /// replaces such texts with one generic string per request.
+  let isFileSystemError: Bool
 
-  init(_ ename: String) { self.ename = ename }
+  init(_ ename: String) {
+    self.ename = ename
+    isFileSystemError = false
+  }
 
   /// The 9p4z text for an errno, with `operation`'s `… failed` fallback.
   init(errno code: Int32, operation: String) {
     ename = ErrorStrings.ename(for: code, operation: operation)
+    isFileSystemError = true
   }
 
   init(_ error: BoardError, operation: String) {
     self.init(errno: error.errno, operation: operation)
   }
 
+  /// A failed walk (a 9P-level answer, not a file system one).
   static let notFound = NinePFailure("file not found")
+  /// ENOENT from the file system: the same text, but a Gen-1 board says `… failed`.
+  static let noSuchFile = NinePFailure(errno: ENOENT, operation: "stat")
 }
 
 /// What the file system says about one entry of the files area.
@@ -68,11 +78,11 @@ final class FilesArea: Sendable {
   /// The confined absolute path of an existing entry: symbolic links are resolved and the
   /// result must lie inside the root.
   func confinedPath(_ parts: [String]) throws(NinePFailure) -> String {
-    guard parts.allSatisfy(Self.isValidName) else { throw NinePFailure.notFound }
-    guard let resolved = realpath(absolute(parts), nil) else { throw NinePFailure.notFound }
+    guard parts.allSatisfy(Self.isValidName) else { throw NinePFailure.noSuchFile }
+    guard let resolved = realpath(absolute(parts), nil) else { throw NinePFailure.noSuchFile }
     defer { free(resolved) }
     let path = String(cString: resolved)
-    guard path == root || path.hasPrefix(root + "/") else { throw NinePFailure.notFound }
+    guard path == root || path.hasPrefix(root + "/") else { throw NinePFailure.noSuchFile }
     return path
   }
 
@@ -156,7 +166,7 @@ final class FilesArea: Sendable {
     let parentPath = try confinedPath(Array(parts.dropLast()))
     let path = parentPath + "/" + (parts.last ?? "")
     var buffer = stat()
-    guard lstat(path, &buffer) == 0 else { throw NinePFailure.notFound }
+    guard lstat(path, &buffer) == 0 else { throw NinePFailure.noSuchFile }
     let result = buffer.st_mode & S_IFMT == S_IFDIR ? rmdir(path) : unlink(path)
     guard result == 0 else { throw NinePFailure(errno: errno, operation: "remove") }
   }

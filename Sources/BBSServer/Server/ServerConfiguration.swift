@@ -18,6 +18,18 @@ public enum ServerError: Error, Equatable, Sendable, CustomStringConvertible {
   }
 }
 
+/// How many clients the server serves at once, and what happens to the next one.
+public enum ConnectionLimit: Sendable, Equatable {
+  /// Every connection is served.
+  case unlimited
+  /// While this many clients are connected, no more are accepted: later clients wait in the
+  /// listen backlog, unserved, until one disconnects (9p4z's TCP transport, with 1).
+  case backlog(Int)
+  /// Connections beyond this many are accepted and closed at once (a board whose L2CAP
+  /// session pool has no free session).
+  case refuse(Int)
+}
+
 /// Everything ``BBSServer`` needs to run.
 public struct BBSServerConfiguration: Sendable {
   /// The default listen address of `9bbsd` (the 9P port is 564; this one needs no root).
@@ -39,15 +51,15 @@ public struct BBSServerConfiguration: Sendable {
   public var filesWritable: Bool
   /// Where the SQLite store lives; nil keeps everything in memory.
   public var dataDirectory: String?
-  /// Largest msize granted. The device profile never grants more than 8192.
+  /// Largest msize granted. The device and gen1 profiles never grant more than 8192.
   public var maxMessageSize: Int
   /// Device profile: the largest SDU accepted from a client on packet transports.
   public var sduLimit: Int
-  /// Device profile: how long the shared worker holds each request before answering.
+  /// Device and gen1 profiles: how long the shared worker holds each request before answering.
   public var processingDelay: Duration
-  /// Sessions served at once (device: 4); nil means unlimited.
-  public var maxSessions: Int?
-  /// Parked reads per session (device: 4).
+  /// Clients served at once (device: 4, refused beyond; others: unlimited).
+  public var connectionLimit: ConnectionLimit
+  /// Parked reads per session (device: 4; gen1: none, its chat reads never park).
   public var parkingSlots: Int
   /// Fids per session (device: 32).
   public var maxFids: Int
@@ -59,7 +71,8 @@ public struct BBSServerConfiguration: Sendable {
     listen: [String] = [BBSServerConfiguration.defaultListen], profile: BBSProfile = .standard,
     rooms: [String] = ["lobby"], boardName: String? = nil, motd: String? = nil,
     filesDirectory: String? = nil, filesWritable: Bool = false, dataDirectory: String? = nil,
-    maxMessageSize: Int? = nil, sduLimit: Int = 245, processingDelay: Duration = .zero
+    maxMessageSize: Int? = nil, sduLimit: Int = 245, processingDelay: Duration = .zero,
+    connectionLimit: ConnectionLimit? = nil
   ) {
     self.listen = listen
     self.profile = profile
@@ -74,13 +87,19 @@ public struct BBSServerConfiguration: Sendable {
     switch profile {
     case .device:
       self.maxMessageSize = min(maxMessageSize ?? 8192, 8192)
-      maxSessions = 4
+      self.connectionLimit = connectionLimit ?? .refuse(4)
       parkingSlots = 4
       maxFids = 32
       maxTags = 16
+    case .gen1:
+      self.maxMessageSize = min(maxMessageSize ?? 8192, 8192)
+      self.connectionLimit = connectionLimit ?? .unlimited
+      parkingSlots = 0
+      maxFids = 32
+      maxTags = nil
     case .standard:
       self.maxMessageSize = maxMessageSize ?? (1 << 20)
-      maxSessions = nil
+      self.connectionLimit = connectionLimit ?? .unlimited
       parkingSlots = 64
       maxFids = 4096
       maxTags = nil

@@ -43,7 +43,10 @@ final class Session: Sendable {
   private let wakeQueue: DispatchQueue
   private let state: Mutex<State>
 
-  private var device: Bool { configuration.profile == .device }
+  /// Device or gen1: a board's fid, create, remove and wstat rules.
+  private var device: Bool { configuration.profile.imitatesBoard }
+  /// The Gen-1 board's synchronous core and chat (facts §1.3, §1.9, §7, §10).
+  private var gen1: Bool { configuration.profile == .gen1 }
 
   /// - Parameter send: sends frames in order, atomically with respect to other sends.
   init(
@@ -66,10 +69,14 @@ final class Session: Sendable {
   var parkedCount: Int { state.withLock { $0.parked.count } }
 
   /// Drops parked reads without replies and releases every fid; later wake-ups do nothing.
-  func close() {
+  /// Returns how many fids the client had not clunked.
+  @discardableResult
+  func close() -> Int {
     state.withLock { state in
+      let open = state.closed ? 0 : state.fids.count
       state.closed = true
       reset(&state)
+      return open
     }
   }
 
@@ -116,13 +123,30 @@ final class Session: Sendable {
       do throws(NinePFailure) {
         reply = try handle(message, tag: tag, state: &state, before: &out)
       } catch {
-        reply = .rerror(ename: error.ename)
+        reply = .rerror(ename: gen1 ? Self.gen1Ename(error, for: message) : error.ename)
       }
       if let reply {
-        logger.trace("session \(id): -> \(reply) tag \(tag)")
-        out.append(reply.encoded(tag: tag))
+        // Gen-1 tags every answer to Tversion NOTAG, whatever the request carried.
+        let replyTag: Tag
+        if gen1, case .tversion = message { replyTag = NineP.noTag } else { replyTag = tag }
+        logger.trace("session \(id): -> \(reply) tag \(replyTag)")
+        out.append(reply.encoded(tag: replyTag))
       }
       return out
+    }
+  }
+
+  /// Gen-1's server collapses every file system errno into one string per request (facts §1.9).
+  private static func gen1Ename(_ error: NinePFailure, for message: Message) -> String {
+    guard error.isFileSystemError else { return error.ename }
+    switch message {
+    case .topen: return "open failed"
+    case .tread: return "read failed"
+    case .twrite: return "write failed"
+    case .tcreate: return "create failed"
+    case .tremove: return "remove failed"
+    case .tstat: return "stat failed"
+    default: return error.ename
     }
   }
 
@@ -148,7 +172,8 @@ final class Session: Sendable {
   ) throws(NinePFailure) -> Message? {
     switch message {
     case .tversion(let msize, let version):
-      // An unknown version leaves the session untouched (9p4z HEAD).
+      // Gen-1 wants exactly 9P2000; HEAD leaves the session untouched on an unknown version.
+      if gen1 && version != NineP.version { throw NinePFailure("unsupported version") }
       guard version.hasPrefix("9P2000") else {
         return .rversion(msize: UInt32(clamping: state.msize), version: "unknown")
       }
@@ -208,7 +233,8 @@ final class Session: Sendable {
         qids.append(tree.walkQid(node))
       }
       if qids.count < names.count {
-        if qids.isEmpty { throw NinePFailure.notFound }
+        // Gen-1 has no partial Rwalk.
+        if qids.isEmpty || gen1 { throw NinePFailure.notFound }
         return .rwalk(qids: qids)
       }
       state.fids[newfid] = FidState(node: node, uname: source.uname)
@@ -226,7 +252,7 @@ final class Session: Sendable {
       }
       entry.openMode = mode
       state.fids[fid] = entry
-      return .ropen(qid: tree.walkQid(entry.node), iounit: iounit(state))
+      return .ropen(qid: tree.walkQid(entry.node), iounit: gen1 ? 0 : iounit(state))
 
     case .tcreate(let fid, let name, let perm, let mode):
       guard var entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
@@ -244,8 +270,11 @@ final class Session: Sendable {
       guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
       guard let mode = entry.openMode else { throw NinePFailure("fid not open") }
       guard mode.allowsReading else { throw NinePFailure("fid not open for reading") }
-      let limit = min(Int(count), max(0, state.msize - NineP.readOverhead))
+      // Gen-1 clamps to its 8192-byte TX buffer, not to the negotiated msize (facts §7.2).
+      let buffer = gen1 ? configuration.maxMessageSize : state.msize
+      let limit = min(Int(count), max(0, buffer - NineP.readOverhead))
       if case .chatRoom(let room) = entry.node {
+        if gen1 { return try readGen1Chat(room: room, count: limit) }
         return try readChat(
           room: room, fid: fid, tag: tag, count: limit, uname: entry.uname, state: &state,
           before: &before)
@@ -258,6 +287,8 @@ final class Session: Sendable {
       guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
       guard let mode = entry.openMode else { throw NinePFailure("fid not open") }
       guard mode.allowsWriting else { throw NinePFailure("fid not open for writing") }
+      // Any Twrite, even one that fails, makes its uname the Gen-1 board's user.
+      if gen1 { tree.noteWriter(entry.uname) }
       let count = try tree.write(
         entry.node, offset: offset, data: data, user: entry.uname, fd: entry.fd)
       return .rwrite(count: UInt32(clamping: count))
@@ -320,6 +351,17 @@ final class Session: Sendable {
   }
 
   // MARK: Chat streams and parked reads
+
+  /// A Gen-1 chat read: never parks (a caught-up or empty room answers 0 bytes at once) and
+  /// always uses, and registers, the board-wide last writer's cursor.
+  private func readGen1Chat(room: String, count: Int) throws(NinePFailure) -> Message {
+    do {
+      return .rread(
+        data: try tree.board.chat.read(room: room, user: tree.authenticatedUser, count: count))
+    } catch {
+      throw NinePFailure(error, operation: "read")
+    }
+  }
 
   private func readChat(
     room: String, fid: Fid, tag: Tag, count: Int, uname: String, state: inout State,

@@ -1,21 +1,35 @@
 import Glibc
 import NinePProtocol
+import Synchronization
 
 /// The 9BBS tree of facts §1.2 served from a ``Board``: walking, stats, listings, reads,
 /// writes and creates. Chat-room reads (which may park) are the session's business.
 ///
-/// In the device profile, walks and Tstat reproduce `bbs_create_node`: only message and /etc
+/// In the device and gen1 profiles (`device`), walks and Tstat reproduce `bbs_create_node`: only message and /etc
 /// files are files; every other node says QTDIR with mode 0755 but no DMDIR and length 0, and
 /// some qid paths differ from the listing's.
 final class Tree: Sendable {
   let board: Board
   let files: FilesArea?
   let device: Bool
+  /// Gen-1's `bbs->authenticated_user`: the uname of the last Twrite on any file from any
+  /// connection (nil before the first), whose cursor every Gen-1 chat read uses.
+  private let lastWriter = Mutex<String?>(nil)
 
   init(board: Board, files: FilesArea?, device: Bool) {
     self.board = board
     self.files = files
     self.device = device
+  }
+
+  /// The board-wide user of a Gen-1 board: the last writer, else `guest`.
+  var authenticatedUser: String {
+    lastWriter.withLock { $0 } ?? "guest"
+  }
+
+  /// Records a Gen-1 Twrite's uname as the board-wide user (an empty uname counts as `guest`).
+  func noteWriter(_ uname: String) {
+    lastWriter.withLock { $0 = uname.isEmpty ? "guest" : uname }
   }
 
   private static let owner = "zephyr"
@@ -170,7 +184,7 @@ final class Tree: Sendable {
       }
     case .chatDir: return [.chatPost, .chatUsers] + board.chat.roomNames.map { .chatRoom($0) }
     case .files(let path):
-      guard let files else { throw NinePFailure.notFound }
+      guard let files else { throw NinePFailure.noSuchFile }
       return try files.list(path).map { .files(path + [$0.name]) }
     default: throw NinePFailure(errno: ENOTDIR, operation: "read")
     }
@@ -282,7 +296,7 @@ final class Tree: Sendable {
         let message = try board.rooms.createMessage(in: room, name: name, author: user)
         return (.boardMessage(room: room, id: message.id), nil)
       case .files(let path):
-        guard let files else { throw NinePFailure.notFound }
+        guard let files else { throw NinePFailure.noSuchFile }
         let fd = try files.create(
           in: path, name: name, directory: perm.isDirectory, permissions: perm.permissions,
           mode: mode)
