@@ -55,8 +55,9 @@ final class RoomFeed: @unchecked Sendable {
   /// First pause after an instant empty reply; doubles while the room stays idle.
   static let minimumBackoff: Duration = .milliseconds(25)
   /// The longest pause between polls of an idle room on a board that does not park reads:
-  /// two requests a second keep radio use low and still catch a 49-line ring filling up.
-  static let maximumIdlePoll: Duration = .milliseconds(500)
+  /// about three requests a second keep radio use low and still catch a 49-line ring filling
+  /// up on a board that takes ~10 ms a request.
+  static let maximumIdlePoll: Duration = .milliseconds(300)
   /// The longest wait before dialling again after a failure.
   static let maximumRetry: Duration = .seconds(2)
   /// A reply faster than this that carries nothing counts as "instant" and backs off.

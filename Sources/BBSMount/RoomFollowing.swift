@@ -113,9 +113,8 @@ extension BBSFileSystem {
   ) {
     let waits = FollowWaits()
     let pending = PendingReply(
-      request,
-      answerInterrupt: { [self] interrupted in answer(interrupted, node, updating: here) },
-      onCancel: { _ in waits.cancelAll() })
+      request, onCancel: { _ in waits.cancelAll() },
+      answerInterrupt: { [self] interrupted in answer(interrupted, node, updating: here) })
     guard !pending.isAnswered else { return }
     let wake: @Sendable () -> Void = { [self] in
       guard let request = pending.take() else { return }

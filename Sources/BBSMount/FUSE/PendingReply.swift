@@ -30,8 +30,8 @@ public final class PendingReply: Sendable, Hashable {
   /// `onCancel` takes: an interrupt that already arrived is handled before `init` returns.
   public init(
     _ request: FuseRequest, interruptible: Bool = true,
-    answerInterrupt: (@Sendable (FuseRequest) -> Void)? = nil,
-    onCancel: (@Sendable (PendingReply) -> Void)? = nil
+    onCancel: (@Sendable (PendingReply) -> Void)? = nil,
+    answerInterrupt: (@Sendable (FuseRequest) -> Void)? = nil
   ) {
     self.request = request
     slot = Mutex(request)
