@@ -6,6 +6,9 @@
 set -eu
 mnt=${1:?usage: room-logger.sh MOUNTPOINT [ROOM]}
 room=${2:-lobby}
-tail -n +1 -f "$mnt/chat/$room" | while IFS= read -r line; do
+# cat, not tail -f: cat writes each line into the pipe as it arrives, while GNU tail holds a
+# pipe's output until a second passes with nothing new, and `tail -n +1` reads to an end a room
+# never has before following.
+cat "$mnt/chat/$room" | while IFS= read -r line; do
   printf '%s %s\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$line"
 done

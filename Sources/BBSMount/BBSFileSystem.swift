@@ -393,6 +393,13 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     case .directory:
       reply(request, EISDIR)
     case .post:
+      if access == O_RDONLY && request.caller.uid == 0 {
+        // Mode 0222, and root reads what others may not (as on a local disk): empty, so
+        // `cp -r` of the mount as root copies it without an error.
+        info.handle = store(.snapshot([]))
+        request.replyOpen(info)
+        return
+      }
       guard access == O_WRONLY else { return reply(request, EACCES) }
       let poster = PostHandle(room: nil, chatDirectory: Array(node.path.dropLast()), channel: posts)
       info.handle = store(.poster(poster))

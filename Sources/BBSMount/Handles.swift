@@ -115,6 +115,8 @@ final class RoomHandle: @unchecked Sendable {
   private let lock = NSLock()
   private var readOffset: UInt64 = 0
   private var reportedSize: UInt64?
+  /// Told its size through lseek(SEEK_END) and not yet through a plain `fstat`.
+  private var seekedToEnd = false
   private var pollHandle: FusePollHandle?
 
   init(
@@ -136,20 +138,23 @@ final class RoomHandle: @unchecked Sendable {
     lock.unlock()
   }
 
-  /// The size an `fstat` of its opener last reported.
-  func reported(_ size: UInt64) {
+  /// The size a getattr of its opener last reported; `seeking` when it came with the file
+  /// handle (lseek to the end), not from `fstat`.
+  func reported(_ size: UInt64, seeking: Bool) {
     lock.lock()
     reportedSize = size
+    seekedToEnd = seeking
     lock.unlock()
   }
 
   /// Whether its reader has seen the room's size and read up to it: what GNU tail's follow
-  /// loop has done when it `fstat`s again.
+  /// loop has done when it `fstat`s again. Not right after an lseek to the end: that `fstat`
+  /// is tail's start-up, done for one file before it opens the next.
   var isCaughtUp: Bool {
     let length = feed.length
     lock.lock()
     defer { lock.unlock() }
-    return reportedSize == length && readOffset >= length
+    return reportedSize == length && readOffset >= length && !seekedToEnd
   }
 
   /// The size last reported, or 0.

@@ -77,12 +77,8 @@ extension BBSFileSystem {
     if let file {
       // A getattr with a handle comes from lseek(SEEK_END) and the like: the reader is now
       // at the size it is told.
-      if let handle = all.first(where: { $0.id == file.handle })?.room {
-        answer(request, node, updating: [handle])
-      } else {
-        answer(request, node, updating: [])
-      }
-      return
+      let handles = all.filter { $0.id == file.handle }.map(\.room)
+      return answer(request, node, updating: handles, seeking: true)
     }
     let pid = request.caller.pid
     let followed = all.map(\.room).filter { $0.opener == pid && !$0.endsAtEnd && !$0.nonBlocking }
@@ -98,10 +94,11 @@ extension BBSFileSystem {
 
   /// Replies with the node's attributes now and records the size each handle was told.
   private func answer(
-    _ request: FuseRequest, _ node: InodeTable.Node, updating handles: [RoomHandle]
+    _ request: FuseRequest, _ node: InodeTable.Node, updating handles: [RoomHandle],
+    seeking: Bool = false
   ) {
     let attributes = attributes(for: node)
-    for handle in handles { handle.reported(UInt64(attributes.st_size)) }
+    for handle in handles { handle.reported(UInt64(attributes.st_size), seeking: seeking) }
     request.replyAttr(attributes, timeout: 0)
   }
 
