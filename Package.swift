@@ -12,6 +12,7 @@ let package = Package(
     .library(name: "NinePTransport", targets: ["NinePTransport"]),
     .library(name: "NinePClient", targets: ["NinePClient"]),
     .library(name: "BBSServer", targets: ["BBSServer"]),
+    .library(name: "FuseKit", targets: ["FuseKit"]),
     .library(name: "BBSMount", targets: ["BBSMount"]),
     .library(name: "BBSDiscovery", targets: ["BBSDiscovery"]),
   ],
@@ -62,13 +63,17 @@ let package = Package(
         .product(name: "GRDB", package: "GRDB.swift"),
       ]),
 
-    // The FUSE adapter.
+    // The libfuse3 low-level layer: sessions, requests, exactly-once replies. Knows no 9P.
+    .target(
+      name: "FuseKit",
+      dependencies: ["CFuse3", .product(name: "Logging", package: "swift-log")]),
+
+    // The FUSE adapter: the BBS as a file system.
     .target(
       name: "BBSMount",
       dependencies: [
-        "CFuse3", "NinePProtocol", "NinePTransport", "NinePClient",
+        "FuseKit", "NinePProtocol", "NinePClient",
         .product(name: "Logging", package: "swift-log"),
-        .product(name: "DequeModule", package: "swift-collections"),
       ]),
 
     // Finding 9BBS servers: BLE (9PIS through BlueZ over sd-bus) and LAN (mDNS through Avahi).
@@ -86,7 +91,7 @@ let package = Package(
     .executableTarget(
       name: "Mount9BBSCommand",
       dependencies: [
-        "BBSMount", "BBSServer", "NinePClient", "NinePTransport", "BBSDiscovery",
+        "BBSMount", "FuseKit", "BBSServer", "NinePClient", "NinePTransport", "BBSDiscovery",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ],
@@ -122,8 +127,11 @@ let package = Package(
       dependencies: ["BBSServer", "NinePProtocol", "NinePTransport", "NinePClient", "TestSupport"]),
     .testTarget(name: "LinkEmulationTests", dependencies: ["LinkEmulation", "NinePTransport"]),
     .testTarget(
+      name: "FuseKitTests",
+      dependencies: ["FuseKit", .product(name: "Logging", package: "swift-log")]),
+    .testTarget(
       name: "BBSMountTests",
-      dependencies: ["BBSMount", "NinePClient", "BBSServer", "TestSupport"]),
+      dependencies: ["BBSMount", "FuseKit", "NinePClient", "BBSServer", "TestSupport"]),
     .testTarget(
       name: "BBSDiscoveryTests", dependencies: ["BBSDiscovery", "NinePTransport", "TestSupport"]),
   ],

@@ -12,6 +12,7 @@
 // - PostChannel sends chat posts one Twrite each, in order, on one fid per chat directory.
 
 import Foundation
+import FuseKit
 import Logging
 import NinePClient
 import NinePProtocol

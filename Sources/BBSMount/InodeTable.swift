@@ -1,4 +1,5 @@
 import Foundation
+import FuseKit
 import NinePProtocol
 
 /// Inode numbers by path. A device's `qid.path` is not stable (listings and walks disagree),

@@ -16,6 +16,7 @@
 
 import Dispatch
 import Foundation
+import FuseKit
 import Glibc
 
 /// The follow-loop waits of room files.

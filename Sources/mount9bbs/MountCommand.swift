@@ -17,6 +17,7 @@ import ArgumentParser
 import BBSDiscovery
 import BBSMount
 import Foundation
+import FuseKit
 import Logging
 import NinePClient
 import NinePTransport

@@ -1,6 +1,7 @@
 import BBSMount
 import BBSServer
 import Foundation
+import FuseKit
 import Logging
 import NinePClient
 import NinePTransport

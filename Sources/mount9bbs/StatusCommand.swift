@@ -1,6 +1,7 @@
 import ArgumentParser
 import BBSMount
 import Foundation
+import FuseKit
 
 /// `mount9bbs status MOUNTPOINT [--json]`: the link, sessions, outbox and rooms of a mount.
 struct StatusCommand: ParsableCommand {

@@ -1,5 +1,5 @@
-import BBSMount
 import Foundation
+import FuseKit
 import Glibc
 
 /// An in-memory file system for the FUSE layer's tests: a root directory with `hello.txt`,

@@ -146,13 +146,13 @@ public final class FuseSession: Sendable {
 
   private enum State {
     case created
-    case mounted(Session)
-    case running(Session)
+    case mounted(LibfuseSession)
+    case running(LibfuseSession)
     case stopped
   }
 
   /// `struct fuse_session *`, movable between threads (only used under `state`'s rules).
-  struct Session: @unchecked Sendable {
+  struct LibfuseSession: @unchecked Sendable {
     let raw: OpaquePointer
   }
 
@@ -201,7 +201,7 @@ public final class FuseSession: Sendable {
       return fuse_session_new(&args, &ops, MemoryLayout<fuse_lowlevel_ops>.size, core.userdata)
     }
     guard let raw = created else { throw .invalidOptions(optionList) }
-    let se = Session(raw: raw)
+    let se = LibfuseSession(raw: raw)
     if options.handleSignals {
       fuse_set_signal_handlers(raw)
       SignalRelay.install(self)
@@ -222,7 +222,7 @@ public final class FuseSession: Sendable {
   /// Serves requests until the file system is unmounted or ``exit()`` is called, then answers
   /// every outstanding request with `EIO`, unmounts and destroys the libfuse session.
   public func run() throws(FuseSessionError) {
-    let se = try state.withLock { s throws(FuseSessionError) -> Session in
+    let se = try state.withLock { s throws(FuseSessionError) -> LibfuseSession in
       guard case .mounted(let se) = s else { throw .wrongState("run() needs a mounted session") }
       s = .running(se)
       return se
@@ -253,7 +253,7 @@ public final class FuseSession: Sendable {
   /// `EIO`, the mount goes away. Returns at once; see ``waitUntilStopped(timeout:)``.
   public func exit() {
     core.exiting.store(true, ordering: .relaxed)
-    enum Next { case nothing, teardown(Session), wake(Session) }
+    enum Next { case nothing, teardown(LibfuseSession), wake(LibfuseSession) }
     let next = state.withLock { s -> Next in
       switch s {
       case .created:
@@ -298,7 +298,7 @@ public final class FuseSession: Sendable {
     return false
   }
 
-  private func teardown(_ se: Session) {
+  private func teardown(_ se: LibfuseSession) {
     let first = state.withLock { s -> Bool in
       if case .stopped = s { return false }
       s = .stopped

@@ -1,5 +1,5 @@
-import BBSMount
 import Foundation
+import FuseKit
 import Glibc
 import Logging
 import XCTest
