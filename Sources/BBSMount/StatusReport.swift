@@ -69,7 +69,7 @@ extension BBSFileSystem {
         bytesIn: stats.bytesReceived, bytesOut: stats.bytesSent)
     }
     let now = Date()
-    let rooms = feedStatus.map {
+    let rooms = feeds.status.map {
       StatusReport.Room(
         path: $0.path, readers: $0.readers, lines: $0.lines,
         lastMessageAge: now.timeIntervalSince($0.lastMessage))

@@ -194,25 +194,17 @@ final class PostChannel: @unchecked Sendable {
       return completion(.success(fid))
     }
     lock.unlock()
-    session.walk(directory + ["post"]) { [self] walked in
-      switch walked {
+    session.walkOpen(directory + ["post"], mode: .write) { [self] opened in
+      switch opened {
       case .failure(let error):
         completion(.failure(error))
-      case .success(let result):
-        session.open(result.fid, mode: .write) { [self] opened in
-          switch opened {
-          case .failure(let error):
-            session.clunk(result.fid)
-            completion(.failure(error))
-          case .success:
-            lock.lock()
-            // Keep only the current session's fids.
-            fids = fids.filter { $0.key == key }
-            fids[key, default: [:]][directory] = result.fid
-            lock.unlock()
-            completion(.success(result.fid))
-          }
-        }
+      case .success(let post):
+        lock.lock()
+        // Keep only the current session's fids.
+        fids = fids.filter { $0.key == key }
+        fids[key, default: [:]][directory] = post.fid
+        lock.unlock()
+        completion(.success(post.fid))
       }
     }
   }

@@ -2,22 +2,6 @@ import Foundation
 import NinePClient
 import NinePProtocol
 
-/// Hands over a live session, waiting for the link when it is down.
-typealias SessionProvider =
-  @Sendable (
-    @escaping @Sendable (Result<Session, NinePError>) -> Void
-  ) -> Void
-
-extension NinePError {
-  /// The link failed, not the request: the server may well answer later.
-  var isLinkFailure: Bool {
-    switch self {
-    case .sessionClosed, .transport, .timedOut: true
-    default: false
-    }
-  }
-}
-
 /// Directory listings by path, kept for a short time and fetched once for many callers.
 ///
 /// Lookups are answered from the parent's listing rather than a walk and Tstat: the listing is
@@ -157,18 +141,13 @@ final class ListingCache: @unchecked Sendable {
     }
     lock.unlock()
     if let stale, stale.session.closedReason == nil { stale.session.clunk(stale.fid) }
-    session.walk(path) { [self] walked in
-      guard case .success(let result) = walked else {
-        if case .failure(let error) = walked { finish(path, .failure(error)) }
-        return
-      }
-      session.open(result.fid, mode: .read) { [self] opened in
-        if case .failure(let error) = opened {
-          session.clunk(result.fid)
-          return finish(path, .failure(error))
-        }
-        let kept = keep(path, fid: result.fid, on: session)
-        list(path, fid: result.fid, on: session, kept: kept)
+    session.walkOpen(path, mode: .read) { [self] opened in
+      switch opened {
+      case .failure(let error):
+        finish(path, .failure(error))
+      case .success(let directory):
+        let kept = keep(path, fid: directory.fid, on: session)
+        list(path, fid: directory.fid, on: session, kept: kept)
       }
     }
   }

@@ -59,11 +59,6 @@ public struct PathClassifier: Sendable {
   public func isChatDirectory(_ components: [String]) -> Bool {
     Self.bbsRelative(components) == ["chat"]
   }
-
-  /// The chat directory a room or post file lives in.
-  public func chatDirectory(of components: [String]) -> [String] {
-    Array(components.dropLast())
-  }
 }
 
 /// Minimal fnmatch: `*` (not crossing `/`), `**` (anything), `?`, literal characters.

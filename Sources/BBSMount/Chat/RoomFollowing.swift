@@ -74,15 +74,15 @@ extension BBSFileSystem {
   /// Answers a getattr of a room file, holding it while it is a follow-loop `fstat` (see the
   /// file comment).
   func getattrRoom(_ request: FuseRequest, _ node: InodeTable.Node, file: FuseFileInfo?) {
-    let all = roomHandles()
+    let all = handles.all(RoomHandle.self)
     if let file {
       // A getattr with a handle comes from lseek(SEEK_END) and the like: the reader is now
       // at the size it is told.
-      let handles = all.filter { $0.id == file.handle }.map(\.room)
+      let handles = all.filter { $0.id == file.handle }.map(\.handle)
       return answer(request, node, updating: handles, seeking: true)
     }
     let pid = request.caller.pid
-    let followed = all.map(\.room).filter { $0.opener == pid && !$0.endsAtEnd && !$0.nonBlocking }
+    let followed = all.map(\.handle).filter { $0.opener == pid && !$0.endsAtEnd && !$0.nonBlocking }
     let here = followed.filter { $0.inode == node.inode }
     guard !here.isEmpty, followed.allSatisfy(\.isCaughtUp), let mountpoint = options.mountpoint,
       CallerProcess(pid: pid).writesToTerminal,
@@ -98,7 +98,7 @@ extension BBSFileSystem {
     _ request: FuseRequest, _ node: InodeTable.Node, updating handles: [RoomHandle],
     seeking: Bool = false
   ) {
-    let attributes = attributes(for: node)
+    let attributes = nodes.attributes(for: node)
     for handle in handles { handle.reported(UInt64(attributes.st_size), seeking: seeking) }
     request.replyAttr(attributes, timeout: 0)
   }

@@ -1,0 +1,87 @@
+// Chat: the rooms of `/chat`, read through one feed each, and the posts written to them.
+//
+// Threads. A ``RoomFeed`` runs one server-side read per open room on a stream session of the
+// pool; its replies arrive on that session's reader thread, go into the room's ``Transcript``
+// (and ``RoomHistory`` on disk) and wake the readers waiting at the end: ``RoomHandle`` reads
+// parked by libfuse worker threads, open waits and the `tail -f` follow waits of
+// ``RoomFollowing``. ``RoomFeeds`` makes one feed per room, on the first open (called from
+// BBSFileSystem), and stops them all at unmount. Writes to post files go through
+// ``PostHandle`` → ``PostComposer`` (lines into `room:text` posts) → ``PostChannel`` (one
+// Twrite each, in order, on the primary session) → ``Outbox`` while the link is down.
+
+import Foundation
+import Logging
+import NinePClient
+
+/// The mount's room feeds, one per room path, made on the first open.
+final class RoomFeeds: @unchecked Sendable {
+  private let pool: Pool
+  private let historyDirectory: String?
+  private let logger: Logger
+  private let lock = NSLock()
+  private var feeds: [[String]: RoomFeed] = [:]
+  /// Called when a feed's transcript grows (poll wake-ups).
+  private let onGrowth: @Sendable (RoomFeed) -> Void
+
+  init(
+    pool: Pool, historyDirectory: String?, logger: Logger,
+    onGrowth: @escaping @Sendable (RoomFeed) -> Void
+  ) {
+    self.pool = pool
+    self.historyDirectory = historyDirectory
+    self.logger = logger
+    self.onGrowth = onGrowth
+  }
+
+  /// The feed of the room at `path`, made if it has none yet.
+  func feed(for path: [String], room: String) -> RoomFeed {
+    lock.lock()
+    if let existing = feeds[path] {
+      lock.unlock()
+      return existing
+    }
+    lock.unlock()
+    // Reading the room's history from disk happens outside the lock every request takes.
+    let history = historyDirectory.flatMap {
+      RoomHistory(directory: $0, room: path.joined(separator: "."), logger: logger)
+    }
+    let feed = RoomFeed(room: room, path: path, pool: pool, history: history, logger: logger)
+    feed.onGrowth = { [weak feed, onGrowth] in
+      guard let feed else { return }
+      onGrowth(feed)
+    }
+    lock.lock()
+    defer { lock.unlock() }
+    // Another open of the same room may have made its feed meanwhile: one feed per room.
+    if let existing = feeds[path] { return existing }
+    feeds[path] = feed
+    return feed
+  }
+
+  /// The feed of the room at `path`, if it has one.
+  func existing(_ path: [String]) -> RoomFeed? {
+    lock.lock()
+    defer { lock.unlock() }
+    return feeds[path]
+  }
+
+  /// Room feeds, for status output.
+  var status: [(path: String, readers: Int, lines: Int, lastMessage: Date)] {
+    lock.lock()
+    let all = feeds
+    lock.unlock()
+    return all.map { path, feed in
+      let status = feed.status
+      return ("/" + path.joined(separator: "/"), status.readers, status.lines, status.lastMessage)
+    }.sorted { $0.path < $1.path }
+  }
+
+  /// Wakes every parked reader and stops the feeds (unmount).
+  func shutdown() {
+    lock.lock()
+    let all = Array(feeds.values)
+    feeds.removeAll()
+    lock.unlock()
+    for feed in all { feed.shutdown() }
+  }
+}

@@ -1,0 +1,204 @@
+import Foundation
+import FuseKit
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// A chat room open for reading: reads the room feed's transcript at its own offset.
+final class RoomHandle: OpenHandle, @unchecked Sendable {
+  let feed: RoomFeed
+  /// The room file's inode.
+  let inode: FuseInode
+  let nonBlocking: Bool
+  /// Opened with O_NOFOLLOW, as tree copiers (`cp -r`, `cp -a`, rsync, tar) open files: a read
+  /// at the end is end-of-file, so a copy or a backup finishes.
+  let endsAtEnd: Bool
+  /// The thread that opened it: a follow-loop `fstat` comes from the same one (see
+  /// ``RoomFollowing``).
+  let opener: pid_t
+  let poster: PostHandle?
+  private let lock = NSLock()
+  private var readOffset: UInt64 = 0
+  private var reportedSize: UInt64?
+  /// Told its size through lseek(SEEK_END) and not yet through a plain `fstat`.
+  private var seekedToEnd = false
+  private var pollHandle: FusePollHandle?
+
+  /// How long a copy's open of a room waits for the room's first line.
+  static let copyOpenWait: Duration = .seconds(1)
+
+  init(
+    feed: RoomFeed, inode: FuseInode, nonBlocking: Bool, endsAtEnd: Bool, opener: pid_t,
+    poster: PostHandle?
+  ) {
+    self.feed = feed
+    self.inode = inode
+    self.nonBlocking = nonBlocking
+    self.endsAtEnd = endsAtEnd
+    self.opener = opener
+    self.poster = poster
+  }
+
+  // MARK: Opening
+
+  /// Opens the room `feed` reads for `request`, stored in `handles`: replies once the room
+  /// has its first line.
+  static func open(
+    _ request: FuseRequest, feed: RoomFeed, inode: FuseInode, poster: PostHandle?,
+    info: FuseFileInfo, handles: HandleTable
+  ) {
+    feed.retain()
+    let nonBlocking = info.flags & O_NONBLOCK != 0
+    let endsAtEnd = info.flags & O_NOFOLLOW != 0
+    let room = RoomHandle(
+      feed: feed, inode: inode, nonBlocking: nonBlocking, endsAtEnd: endsAtEnd,
+      opener: request.caller.pid, poster: poster)
+    var info = info
+    info.handle = handles.store(room)
+    let handleID = info.handle
+    if nonBlocking {
+      request.replyOpen(info)
+      return
+    }
+    let opened = info
+    // Wait for the room's first line so `st_size` tells the truth: GNU tail reads a 0-byte
+    // file to its end before printing anything, and a room never ends. A copy (O_NOFOLLOW)
+    // waits only briefly: it takes what there is.
+    let waiter = WaiterBox()
+    let pending = PendingReply(request) { _ in
+      if let id = waiter.id { feed.cancelWait(id) }
+      handles.remove(handleID)
+      feed.release()
+    }
+    guard !pending.isAnswered else { return }
+    waiter.id = feed.wait(beyond: 0) {
+      pending.take()?.replyOpen(opened)
+    }
+    if endsAtEnd {
+      DispatchQueue.global().asyncAfter(deadline: .now() + copyOpenWait.timeInterval) {
+        guard let request = pending.take() else { return }
+        if let id = waiter.id { feed.cancelWait(id) }
+        request.replyOpen(opened)
+      }
+    }
+  }
+
+  // MARK: Reading, writing, closing
+
+  func read(_ request: FuseRequest, size: Int, offset: UInt64) {
+    let data = feed.read(at: offset, count: size)
+    if !data.isEmpty {
+      advance(to: offset + UInt64(data.count))
+      request.replyData(data)
+      return
+    }
+    if endsAtEnd { request.replyData([UInt8]()); return }
+    if nonBlocking {
+      request.replyError(EAGAIN)
+      return
+    }
+    // At the end: wait for the next line. An interrupt answers EINTR at once; the feed runs on.
+    let waiter = WaiterBox()
+    let pending = PendingReply(request) { [feed] _ in
+      if let id = waiter.id { feed.cancelWait(id) }
+    }
+    guard !pending.isAnswered else { return }
+    waiter.id = feed.wait(beyond: offset) { [self] in
+      guard let request = pending.take() else { return }
+      let data = feed.read(at: offset, count: size)
+      advance(to: offset + UInt64(data.count))
+      request.replyData(data)
+    }
+  }
+
+  func write(_ request: FuseRequest, data: [UInt8], offset: UInt64) {
+    guard let poster else {
+      request.replyError(EBADF)
+      return
+    }
+    poster.write(request, data: data, offset: offset)
+  }
+
+  func flush(_ request: FuseRequest) {
+    guard let poster else {
+      request.replyError(0)
+      return
+    }
+    poster.flush(request)
+  }
+
+  func release() {
+    feed.release()
+    poster?.release()
+  }
+
+  func poll(_ handle: FusePollHandle?) -> Int32 {
+    if let handle { keep(handle) }
+    return isReadable ? Int32(POLLIN | POLLRDNORM) : 0
+  }
+
+  // MARK: Where its reader is
+
+  /// Where this handle's reader has got to, for poll readiness and follow waits.
+  func advance(to offset: UInt64) {
+    lock.lock()
+    readOffset = max(readOffset, offset)
+    lock.unlock()
+  }
+
+  /// The size a getattr of its opener last reported; `seeking` when it came with the file
+  /// handle (lseek to the end), not from `fstat`.
+  func reported(_ size: UInt64, seeking: Bool) {
+    lock.lock()
+    reportedSize = size
+    seekedToEnd = seeking
+    lock.unlock()
+  }
+
+  /// Whether its reader has seen the room's size and read up to it: what GNU tail's follow
+  /// loop has done when it `fstat`s again. Not right after an lseek to the end: that `fstat`
+  /// is tail's start-up, done for one file before it opens the next.
+  var isCaughtUp: Bool {
+    let length = feed.length
+    lock.lock()
+    defer { lock.unlock() }
+    return reportedSize == length && readOffset >= length && !seekedToEnd
+  }
+
+  /// The size last reported, or 0.
+  var lastReported: UInt64 {
+    lock.lock()
+    defer { lock.unlock() }
+    return reportedSize ?? 0
+  }
+
+  var isReadable: Bool {
+    lock.lock()
+    defer { lock.unlock() }
+    return feed.length > readOffset
+  }
+
+  func keep(_ handle: FusePollHandle) {
+    lock.lock()
+    pollHandle = handle
+    lock.unlock()
+  }
+
+  func notifyPoll() {
+    lock.lock()
+    let handle = pollHandle
+    lock.unlock()
+    _ = handle?.notify()
+  }
+}
+
+/// Holds a waiter id set after registration, read by an interrupt handler.
+final class WaiterBox: @unchecked Sendable {
+  private let lock = NSLock()
+  private var value: UInt64?
+  var id: UInt64? {
+    get { lock.withLock { value } }
+    set { lock.withLock { value = newValue } }
+  }
+}

@@ -1,0 +1,92 @@
+import Foundation
+import FuseKit
+import NinePProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// What the kernel is told about a node: its kind, `stat` attributes and cache timeouts.
+///
+/// Ordinary files and directories show the server's entry; rooms, post files and the users
+/// list are served locally (a room's size and mtime are its transcript's), owned by the
+/// mounting user.
+struct NodeAttributes: Sendable {
+  let options: MountOptions
+  let classifier: PathClassifier
+  let feeds: RoomFeeds
+  /// The mtime of nodes the server gives none for.
+  let started: Date
+
+  /// The kind of a node: by path for the 9BBS files, else from the server's entry.
+  func kind(of path: [String], stat: Stat) -> NodeKind {
+    if let known = classifier.kind(of: path) {
+      // A listing that says directory overrides a stream guess (a real dir named like a room).
+      if stat.mode.isDirectory && stat.qid.isDirectory { return .directory }
+      return known
+    }
+    return stat.qid.isDirectory || stat.mode.isDirectory ? .directory : .file
+  }
+
+  /// Whether the mount, not the server, knows the node's attributes.
+  func isLocal(_ kind: NodeKind) -> Bool {
+    switch kind {
+    case .room, .post, .users: true
+    case .directory, .file: false
+    }
+  }
+
+  func timeout(for node: InodeTable.Node) -> Double {
+    // Rooms grow all the time: no attribute caching, so fstat sees growth at once.
+    isLocal(node.kind) ? 0 : options.attributeTimeout.timeInterval
+  }
+
+  func entry(for node: InodeTable.Node) -> FuseEntry {
+    FuseEntry(
+      inode: node.inode, attributes: attributes(for: node), attributeTimeout: timeout(for: node),
+      entryTimeout: options.attributeTimeout.timeInterval)
+  }
+
+  func attributes(for node: InodeTable.Node) -> stat {
+    var attributes = stat()
+    attributes.st_ino = UInt(node.inode)
+    attributes.st_uid = options.uid
+    attributes.st_gid = options.gid
+    attributes.st_blksize = 4096
+    var mtime = started
+    let permissions = node.stat?.mode.permissions ?? 0o755
+    switch node.kind {
+    case .directory:
+      attributes.st_mode = S_IFDIR | mode_t(permissions | 0o500)
+      attributes.st_nlink = 2
+    case .file:
+      attributes.st_mode = S_IFREG | mode_t(permissions)
+      attributes.st_nlink = 1
+      attributes.st_size = Int(clamping: node.stat?.length ?? 0)
+    case .room:
+      attributes.st_mode = S_IFREG | (options.readOnly ? 0o444 : 0o644)
+      attributes.st_nlink = 1
+      if let feed = feeds.existing(node.path) {
+        attributes.st_size = Int(clamping: feed.length)
+        mtime = feed.modified
+      }
+    case .post:
+      attributes.st_mode = S_IFREG | 0o222
+      attributes.st_nlink = 1
+    case .users:
+      attributes.st_mode = S_IFREG | 0o444
+      attributes.st_nlink = 1
+    }
+    if let server = node.stat?.mtime, server != 0, case .file = node.kind {
+      mtime = Date(timeIntervalSince1970: TimeInterval(server))
+    }
+    attributes.st_blocks = (attributes.st_size + 511) / 512
+    let spec = timespec(
+      tv_sec: Int(mtime.timeIntervalSince1970),
+      tv_nsec: Int((mtime.timeIntervalSince1970.truncatingRemainder(dividingBy: 1)) * 1e9))
+    attributes.st_mtim = spec
+    attributes.st_ctim = spec
+    attributes.st_atim = spec
+    return attributes
+  }
+}

@@ -1,0 +1,203 @@
+import Foundation
+import FuseKit
+import NinePClient
+import NinePProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// An open file or directory of the mount, behind a FUSE file handle. Each kind is a type of
+/// its own: a server file (``FileHandle``), a chat room (``RoomHandle``), a post file
+/// (``PostHandle``), a board message being written (``DraftHandle``), a snapshot read at open
+/// (``SnapshotHandle``) and a directory listing (``DirectoryHandle``).
+///
+/// Each method answers its request exactly once, now or later, except ``release()``, whose
+/// request the file system answers.
+protocol OpenHandle: AnyObject, Sendable {
+  /// Reads up to `size` bytes at `offset`.
+  func read(_ request: FuseRequest, size: Int, offset: UInt64)
+  /// Writes `data` at `offset`.
+  func write(_ request: FuseRequest, data: [UInt8], offset: UInt64)
+  /// A `close(2)` of one descriptor: what it reports.
+  func flush(_ request: FuseRequest)
+  /// The last descriptor is gone.
+  func release()
+  /// The poll events ready now; keeps `handle` to wake the poller later where that matters.
+  func poll(_ handle: FusePollHandle?) -> Int32
+}
+
+extension OpenHandle {
+  func read(_ request: FuseRequest, size: Int, offset: UInt64) { request.replyError(EBADF) }
+  func write(_ request: FuseRequest, data: [UInt8], offset: UInt64) {
+    request.replyError(EBADF)
+  }
+  func flush(_ request: FuseRequest) { request.replyError(0) }
+  func release() {}
+  func poll(_ handle: FusePollHandle?) -> Int32 {
+    Int32(POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM)
+  }
+}
+
+/// The open handles by FUSE file handle number.
+final class HandleTable: @unchecked Sendable {
+  private let lock = NSLock()
+  private var handles: [UInt64: any OpenHandle] = [:]
+  private var next: UInt64 = 1
+
+  /// Keeps `handle`; returns its number.
+  func store(_ handle: any OpenHandle) -> UInt64 {
+    lock.lock()
+    defer { lock.unlock() }
+    let id = next
+    next += 1
+    handles[id] = handle
+    return id
+  }
+
+  subscript(id: UInt64) -> (any OpenHandle)? {
+    lock.lock()
+    defer { lock.unlock() }
+    return handles[id]
+  }
+
+  @discardableResult
+  func remove(_ id: UInt64) -> (any OpenHandle)? {
+    lock.lock()
+    defer { lock.unlock() }
+    return handles.removeValue(forKey: id)
+  }
+
+  /// Every open handle of one kind, with its number.
+  func all<Handle: OpenHandle>(_ kind: Handle.Type) -> [(id: UInt64, handle: Handle)] {
+    lock.lock()
+    defer { lock.unlock() }
+    return handles.compactMap { id, handle in (handle as? Handle).map { (id, $0) } }
+  }
+}
+
+/// A server file open on a fid of the primary session.
+final class FileHandle: OpenHandle {
+  let file: RemoteFile
+  let inode: FuseInode
+  private let inodes: InodeTable
+
+  init(file: RemoteFile, inode: FuseInode, inodes: InodeTable) {
+    self.file = file
+    self.inode = inode
+    self.inodes = inodes
+  }
+
+  /// Opens the server file `node` on a fid of its own and answers `request` with its handle.
+  static func open(
+    _ request: FuseRequest, node: InodeTable.Node, info: FuseFileInfo, tree: Tree,
+    remote: Remote, handles: HandleTable
+  ) {
+    var mode = OpenMode(fuseFlags: info.flags)
+    if info.flags & O_TRUNC != 0 && mode.allowsWriting { mode = mode.truncating }
+    let openMode = mode
+    remote.open(node.path, mode: openMode) { opened in
+      switch opened {
+      case .failure(let error):
+        request.replyError(error.errno)
+      case .success(let file):
+        var info = info
+        // Sizes of 9BBS files are 0 or the body only: bypass the page cache unless the
+        // server gives a real size. A board message's listed size is its body alone, while
+        // reading it gives headers, body and signature: through the page cache `cat` would
+        // stop at the body's length, cutting the message short.
+        let length = node.stat?.length ?? 0
+        info.directIO =
+          length == 0 || tree.attributes.classifier.isBoardRoom(Array(node.path.dropLast()))
+        info.keepCache = false
+        info.handle = handles.store(
+          FileHandle(file: file, inode: node.inode, inodes: tree.inodes))
+        if openMode.allowsWriting { tree.inodes.invalidate(node.inode) }
+        request.replyOpen(info)
+      }
+    }
+  }
+
+  /// Creates the server file `directory/name`, open, and answers `request` with its entry and
+  /// handle.
+  static func create(
+    _ request: FuseRequest, in directory: [String], name: String, permissions: UInt32,
+    info: FuseFileInfo, tree: Tree, remote: Remote, handles: HandleTable
+  ) {
+    var mode = OpenMode(fuseFlags: info.flags)
+    if info.flags & O_TRUNC != 0 { mode = mode.truncating }
+    remote.create(in: directory, name: name, permissions: permissions, mode: mode) { created in
+      tree.listings.invalidate(directory)
+      switch created {
+      case .failure(let error):
+        request.replyError(error.errno)
+      case .success(let (file, stat)):
+        let node = tree.inodes.record(path: directory + [name], kind: .file, stat: stat)
+        var info = info
+        info.directIO = true
+        info.handle = handles.store(
+          FileHandle(file: file, inode: node.inode, inodes: tree.inodes))
+        request.replyCreate(tree.attributes.entry(for: node), info)
+      }
+    }
+  }
+
+  func read(_ request: FuseRequest, size: Int, offset: UInt64) {
+    let box = HandleBox()
+    let pending = PendingReply(request) { [file] _ in file.cancel(box) }
+    guard !pending.isAnswered else { return }
+    file.read(size: size, offset: offset, box: box) { result in
+      guard let request = pending.take() else { return }
+      switch result {
+      case .success(let data): request.replyData(data)
+      case .failure(let error): request.replyError(error.errno)
+      }
+    }
+  }
+
+  func write(_ request: FuseRequest, data: [UInt8], offset: UInt64) {
+    file.write(data, at: offset) { [self] result in
+      inodes.invalidate(inode)
+      switch result {
+      case .success(let count): request.replyWrite(count)
+      case .failure(let error): request.replyError(error.errno)
+      }
+    }
+  }
+
+  func release() { file.close() }
+}
+
+/// A file read whole at open (`/chat/users`, which ignores the offset), or root's empty view
+/// of a post file.
+final class SnapshotHandle: OpenHandle {
+  let data: [UInt8]
+
+  init(_ data: [UInt8]) { self.data = data }
+
+  func read(_ request: FuseRequest, size: Int, offset: UInt64) {
+    let start = Int(min(offset, UInt64(data.count)))
+    request.replyData(Array(data[start..<min(data.count, start + size)]))
+  }
+}
+
+/// A directory listing taken at opendir.
+final class DirectoryHandle: OpenHandle {
+  let entries: [DirectoryEntry]
+
+  init(_ entries: [DirectoryEntry]) { self.entries = entries }
+
+  func read(_ request: FuseRequest, size: Int, offset: UInt64) { request.replyError(EISDIR) }
+}
+
+extension OpenMode {
+  /// The 9P open mode for open(2) flags' access mode (O_TRUNC aside).
+  init(fuseFlags flags: Int32) {
+    self =
+      switch flags & O_ACCMODE {
+      case O_WRONLY: .write
+      case O_RDWR: .readWrite
+      default: .read
+      }
+  }
+}

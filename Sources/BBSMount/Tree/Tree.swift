@@ -1,0 +1,145 @@
+// Tree: what the mounted tree holds, as far as the kernel can see.
+//
+// Threads. BBSFileSystem's operations (libfuse worker threads) ask ``Tree`` for nodes;
+// ``InodeTable`` numbers them by path, ``ListingCache`` answers from the parent's listing
+// (fetched once for many callers; its completions run on the session's reader thread) and
+// ``Remote`` walks when a parent cannot be listed. ``NodeKind`` says by path what a node is
+// (room, post, users, file, directory), ``NodeAttributes`` what the kernel is told about it.
+// ``HandleTable`` keeps the open handles (``OpenHandle``: one type per kind of open file). All
+// of these lock internally and never call out under their locks.
+
+import Foundation
+import FuseKit
+import Logging
+import NinePClient
+import NinePProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// The nodes of the mount: looked up in listings, numbered by path, described to the kernel.
+final class Tree: Sendable {
+  let inodes: InodeTable
+  let listings: ListingCache
+  let attributes: NodeAttributes
+  private let remote: Remote
+  private let logger: Logger
+
+  init(
+    inodes: InodeTable, listings: ListingCache, attributes: NodeAttributes, remote: Remote,
+    logger: Logger
+  ) {
+    self.inodes = inodes
+    self.listings = listings
+    self.attributes = attributes
+    self.remote = remote
+    self.logger = logger
+  }
+
+  /// Records what a listing or a walk said of `path`.
+  @discardableResult
+  func record(_ path: [String], _ stat: Stat) -> InodeTable.Node {
+    inodes.record(path: path, kind: attributes.kind(of: path, stat: stat), stat: stat)
+  }
+
+  /// Looks `name` up in `directory`'s listing. A name not in a listing still being confirmed
+  /// waits for the whole one before it is not found; with the link down a node seen before is
+  /// the answer; an unlistable parent is walked instead.
+  func lookup(
+    _ directory: [String], _ name: String,
+    _ completion: @escaping @Sendable (Result<InodeTable.Node, NinePError>) -> Void
+  ) {
+    let path = directory + [name]
+    listings.listing(directory) { [self] listed in
+      if case .success(let stats) = listed, !stats.contains(where: { $0.name == name }),
+        !listings.isComplete(directory)
+      {
+        return listings.listing(directory, complete: true) { [self] whole in
+          answer(path, whole, completion)
+        }
+      }
+      answer(path, listed, completion)
+    }
+  }
+
+  private func answer(
+    _ path: [String], _ listed: Result<[Stat], NinePError>,
+    _ completion: @escaping @Sendable (Result<InodeTable.Node, NinePError>) -> Void
+  ) {
+    guard let name = path.last else { return completion(.failure(.notFound(path: "/"))) }
+    switch listed {
+    case .success(let stats):
+      guard let stat = stats.first(where: { $0.name == name }) else {
+        return completion(.failure(.notFound(path: "/" + path.joined(separator: "/"))))
+      }
+      completion(.success(record(path, stat)))
+    case .failure(let error) where error.isLinkFailure:
+      // Link down: a node the mount has seen before is still the best answer.
+      if let known = inodes.inode(for: path), let node = inodes.node(known) {
+        completion(.success(node))
+      } else {
+        completion(.failure(error))
+      }
+    case .failure(let error):
+      // An unreadable parent (or a server whose listings are not stat entries): walk.
+      logger.debug(
+        "listing of /\(path.dropLast().joined(separator: "/")) failed (\(error)); walking")
+      remote.stat(path) { [self] result in completion(result.map { record(path, $0) }) }
+    }
+  }
+
+  /// Fresh attributes for a node, from its parent's listing (or a walk for the root's kids
+  /// of an unlistable parent).
+  func refresh(
+    _ node: InodeTable.Node,
+    _ completion: @escaping @Sendable (Result<InodeTable.Node, NinePError>) -> Void
+  ) {
+    let parent = Array(node.path.dropLast())
+    guard let name = node.path.last else { return completion(.success(node)) }
+    listings.listing(parent) { [self] listed in
+      switch listed {
+      case .success(let stats):
+        guard let stat = stats.first(where: { $0.name == name }) else {
+          return completion(.failure(.notFound(path: "/" + node.path.joined(separator: "/"))))
+        }
+        completion(.success(inodes.record(path: node.path, kind: node.kind, stat: stat)))
+      case .failure:
+        remote.stat(node.path) { [self] result in
+          completion(result.map { inodes.record(path: node.path, kind: node.kind, stat: $0) })
+        }
+      }
+    }
+  }
+
+  /// A fresh listing of `node` as directory entries, `.` and `..` first (as a local file
+  /// system lists them; readdirplus links neither).
+  func entries(
+    of node: InodeTable.Node,
+    _ completion: @escaping @Sendable (Result<[DirectoryEntry], NinePError>) -> Void
+  ) {
+    listings.listing(node.path, maxAge: .zero) { [self] listed in
+      completion(
+        listed.map { stats in
+          let parent = inodes.inode(for: Array(node.path.dropLast())) ?? .root
+          var entries = [
+            DirectoryEntry(name: ".", inode: node.inode, mode: S_IFDIR),
+            DirectoryEntry(name: "..", inode: parent, mode: S_IFDIR),
+          ]
+          for stat in stats {
+            let child = record(node.path + [stat.name], stat)
+            entries.append(DirectoryEntry(name: stat.name, entry: attributes.entry(for: child)))
+          }
+          return entries
+        })
+    }
+  }
+
+  /// The rooms of a chat directory: its listing less `post` and `users`.
+  func knownRooms(_ chatDirectory: [String], _ body: @escaping @Sendable (Set<String>) -> Void) {
+    listings.listing(chatDirectory) { listed in
+      let names = (try? listed.get())?.map(\.name) ?? []
+      body(Set(names).subtracting(["post", "users"]))
+    }
+  }
+}
