@@ -116,11 +116,14 @@ extension Bench {
       defer { poster.close() }
       let fid = try poster.openFile("/chat/post", mode: .write)
       for rooms in [["r0"], deviceRooms] {
-        let outcome = try follow(
-          .tail, output: .pty, mountpoint: fs.mountpoint, rooms: rooms, readersPerRoom: 1,
-          poster: poster, fid: fid, stragglers: &stragglers)
-        let label = "BLE: tail -f, pty, \(rooms.count) room\(rooms.count == 1 ? "" : "s")"
-        add(outcome.row(section, label, note: "link \(profile)"))
+        for tool in [FollowTool.tail, .cat] {
+          let outcome = try follow(
+            tool, output: .pty, mountpoint: fs.mountpoint, rooms: rooms, readersPerRoom: 1,
+            poster: poster, fid: fid, stragglers: &stragglers)
+          let label =
+            "BLE: \(tool.rawValue), pty, \(rooms.count) room\(rooms.count == 1 ? "" : "s")"
+          add(outcome.row(section, label, note: "link \(profile)"))
+        }
       }
     }
   }
