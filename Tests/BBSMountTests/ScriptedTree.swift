@@ -126,14 +126,14 @@ extension XCTestCase {
     _ start: (@escaping @Sendable (T) -> Void) -> Void, timeout: TimeInterval = 5,
     file: StaticString = #filePath, line: UInt = #line
   ) -> T? {
-    let box = ResultBox<T>()
+    let box = DeliveredValue<T>()
     start { box.set($0) }
     return box.wait(timeout: timeout)
   }
 }
 
 /// One value delivered from a callback, waited for with a bound.
-final class ResultBox<T: Sendable>: @unchecked Sendable {
+final class DeliveredValue<T: Sendable>: @unchecked Sendable {
   private let condition = NSCondition()
   private var value: T?
 
