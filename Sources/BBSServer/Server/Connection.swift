@@ -18,7 +18,7 @@ final class Connection: Sendable {
   private let transport: any MessageTransport
   private let raw: SocketTransport?
   private let server: BBSServer
-  private let session: Session
+  private let session: ServerSession
   private let logger: Logger
   private let sendFrames: @Sendable ([[UInt8]]) -> Void
   private let receive = Mutex(Receive.waitSize)
@@ -42,7 +42,7 @@ final class Connection: Sendable {
         }
       }
     }
-    session = Session(
+    session = ServerSession(
       id: id, tree: server.tree, configuration: server.configuration, logger: server.logger,
       wakeQueue: server.wakeQueue, send: sendFrames)
   }
