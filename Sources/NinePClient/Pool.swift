@@ -474,10 +474,3 @@ public final class Pool: @unchecked Sendable {
       logger: logger)
   }
 }
-
-extension Duration {
-  /// Seconds as a `Double`, for Dispatch and Foundation.
-  public var timeInterval: Double {
-    Double(components.seconds) + Double(components.attoseconds) / 1e18
-  }
-}
