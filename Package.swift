@@ -120,7 +120,8 @@ let package = Package(
     .testTarget(
       name: "BBSServerTests",
       dependencies: ["BBSServer", "NinePProtocol", "NinePTransport", "NinePClient", "TestSupport"]),
-    .testTarget(name: "LinkEmulationTests", dependencies: ["LinkEmulation", "NinePTransport"]),
+    .testTarget(
+      name: "LinkEmulationTests", dependencies: ["LinkEmulation", "NinePTransport", "TestSupport"]),
     .testTarget(
       name: "BBSMountTests",
       dependencies: ["BBSMount", "NinePClient", "BBSServer", "TestSupport"]),
