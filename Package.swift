@@ -110,7 +110,7 @@ let package = Package(
     // Tests.
     .target(
       name: "TestSupport",
-      dependencies: ["NinePProtocol", "NinePTransport", "NinePClient", "BBSServer"],
+      dependencies: ["NinePProtocol", "NinePTransport"],
       path: "Tests/TestSupport"),
     .testTarget(name: "NinePProtocolTests", dependencies: ["NinePProtocol"]),
     .testTarget(name: "NinePTransportTests", dependencies: ["NinePTransport"]),
@@ -119,7 +119,7 @@ let package = Package(
       dependencies: ["NinePClient", "NinePProtocol", "NinePTransport", "BBSServer", "TestSupport"]),
     .testTarget(
       name: "BBSServerTests",
-      dependencies: ["BBSServer", "NinePProtocol", "NinePTransport", "NinePClient", "TestSupport"]),
+      dependencies: ["BBSServer", "NinePProtocol", "NinePTransport", "TestSupport"]),
     .testTarget(
       name: "LinkEmulationTests", dependencies: ["LinkEmulation", "NinePTransport", "TestSupport"]),
     .testTarget(
