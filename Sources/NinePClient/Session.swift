@@ -2,7 +2,7 @@
 // version/attach, tag table, fid table and wire discipline.
 //
 // Moving parts:
-// - Callers (FUSE worker threads, feeds, async wrappers) call `send(_:options:completion:)`,
+// - Callers (FUSE worker threads, room feeds, the pool's keepalive) call `send(_:options:completion:)`,
 //   which only queues the request under the lock and signals the writer; it never blocks on I/O.
 // - The writer thread takes queued requests in order whenever a tag is free and the
 //   ``WireDiscipline`` allows (device busy rule and park grace, parked-read slots, one read per
@@ -73,8 +73,7 @@ public final class Session: @unchecked Sendable {
   private final class Pending {
     let id: UInt64
     let message: Message
-    let mayPark: Bool
-    /// What the wire discipline needs to know of it.
+    /// What the wire discipline needs to know of it (whether it may park, the fid it reads).
     let traits: WireDiscipline.Request
     let completion: Completion?
     var deadline: ContinuousClock.Instant?
@@ -92,7 +91,6 @@ public final class Session: @unchecked Sendable {
     init(id: UInt64, message: Message, mayPark: Bool, completion: Completion?) {
       self.id = id
       self.message = message
-      self.mayPark = mayPark
       self.traits = WireDiscipline.Request(message, mayPark: mayPark)
       self.completion = completion
     }
@@ -425,7 +423,7 @@ public final class Session: @unchecked Sendable {
 
   /// Reads in the queue that may park (they wait for a parked-read slot, or will).
   private var queuedStreamsLocked: Int {
-    state.queue.reduce(0) { $0 + ($1.mayPark ? 1 : 0) }
+    state.queue.reduce(0) { $0 + ($1.traits.mayPark ? 1 : 0) }
   }
 
   private func writerLoop() {
@@ -600,7 +598,7 @@ public final class Session: @unchecked Sendable {
     }
     // What the request held on the wire is free once the server has answered.
     state.discipline.didReceiveReply(tag: tag)
-    if !pending.mayPark, let sentAt = pending.sentAt {
+    if !pending.traits.mayPark, let sentAt = pending.sentAt {
       let sample = sentAt.duration(to: .now)
       let old = state.statistics.roundTrip
       state.statistics.roundTrip = old == .zero ? sample : (old * 7 + sample) / 8
