@@ -16,7 +16,7 @@ final class Bench: @unchecked Sendable {
   let rooms = ["lobby"] + (1...19).map { String(format: "r%02d", $0) }
 
   private var serverPID: pid_t?
-  private var serverPort: UInt16 = 0
+  private(set) var serverPort: UInt16 = 0
   private var largeSize: Int { settings.sizeMiB << 20 }
   private var bleSize: Int { settings.bleKiB << 10 }
   private var sequence = 0
@@ -43,6 +43,7 @@ final class Bench: @unchecked Sendable {
   var settingsDescription: [String: String] {
     [
       "runs": "\(settings.runs)", "size_mib": "\(settings.sizeMiB)", "posts": "\(settings.posts)",
+      "people_posts": "\(settings.peoplePosts)",
       "stat_samples": "\(settings.statSamples)", "window_s": "\(settings.window)",
       "ble": "rtt \(settings.bleRTTms) ms, \(settings.bleRate) B/s, SDU \(settings.bleSDU)",
       "ble_kib": "\(settings.bleKiB)", "ble_runs": "\(settings.bleRuns)",
@@ -60,13 +61,13 @@ final class Bench: @unchecked Sendable {
     }
   }
 
-  private func add(_ row: Row) {
+  func add(_ row: Row) {
     rows.append(row)
     let value = row.value.map { String(format: "%.3f", $0) } ?? "n/a"
     log("\(row.section) · \(row.metric): \(value) \(row.unit) \(row.detail)")
   }
 
-  private func nextToken() -> Int {
+  func nextToken() -> Int {
     sequence += 1
     return sequence
   }
@@ -79,7 +80,9 @@ final class Bench: @unchecked Sendable {
     setenv("XDG_STATE_HOME", work + "/state", 1)
     try makeArea()
     let wants = settings.sections
-    let local = ["cat", "client", "meta", "chat", "daemon"].contains { wants.contains($0) }
+    let local = ["cat", "client", "meta", "chat", "daemon", "people"].contains {
+      wants.contains($0)
+    }
     if local {
       try startServer()
     }
@@ -88,11 +91,18 @@ final class Bench: @unchecked Sendable {
     if wants.contains("meta") { try metadataSection() }
     if wants.contains("chat") { try chatSection() }
     if wants.contains("daemon") { try daemonSection() }
+    // The people section (last, so the sections keep their numbers) needs the TCP server.
+    if !wants.contains("people") { stopServer() }
+    if wants.contains("ble") { try bleSection() }
+    if wants.contains("people") { try peopleSection() }
+    stopServer()
+  }
+
+  private func stopServer() {
     if let pid = serverPID {
       Supervisor.shared.stop(pid)
       serverPID = nil
     }
-    if wants.contains("ble") { try bleSection() }
   }
 
   private func makeArea() throws {
@@ -138,16 +148,16 @@ final class Bench: @unchecked Sendable {
   }
 
   /// One message in every room: opening an empty room on the mount waits for its first message.
-  private func seed(_ address: TransportAddress, profile: ServerProfile, rooms: [String]) throws {
+  func seed(_ address: TransportAddress, profile: ServerProfile, rooms: [String]) throws {
     let poster = try DirectClient(address: address, profile: profile, uname: "seed")
     defer { poster.close() }
     let fid = try poster.openFile("/chat/post", mode: .write)
     for room in rooms { try poster.post(fid, "\(room):welcome to \(room)") }
   }
 
-  private var serverAddress: TransportAddress { .tcp(host: "127.0.0.1", port: serverPort) }
+  var serverAddress: TransportAddress { .tcp(host: "127.0.0.1", port: serverPort) }
 
-  private func mountServer(_ name: String, address: String, options: [String] = [])
+  func mountServer(_ name: String, address: String, options: [String] = [])
     throws -> MountedFS
   {
     // A fresh user name per mount: the server keeps a read cursor per user, and opening a room
@@ -161,7 +171,7 @@ final class Bench: @unchecked Sendable {
       log: work + "/\(name).log")
   }
 
-  private func unmount(_ fs: MountedFS) {
+  func unmount(_ fs: MountedFS) {
     fs.stop(mount9bbs: fs.kind == "mount9bbs" ? mount9bbs : nil)
   }
 
@@ -214,7 +224,7 @@ final class Bench: @unchecked Sendable {
   }
 
   /// Delivery p50 and p99 (ms) of the bare-FUSE floor with `readers` readers, or nil.
-  private func fanoutFloor(readers: Int, posts: Int) -> (p50: Double, p99: Double)? {
+  func fanoutFloor(readers: Int, posts: Int) -> (p50: Double, p99: Double)? {
     guard let binary = buildFanoutFloor() else { return nil }
     let mountpoint = work + "/floor"
     try? FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)

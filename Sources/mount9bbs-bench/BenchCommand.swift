@@ -3,8 +3,9 @@
 // cat through the mount next to the bare-FUSE ceiling (libfuse's passthrough_ll, compiled here)
 // and loopback TCP; the 9P client alone; ls -l and stat, idle and with 20 blocked room readers;
 // chat delivery latency with 1/10/50 readers; daemon CPU and RSS with 100 idle streams and with
-// 8 feeds against a device-profile server; and cat, metadata and delivery again over an
-// emulated BLE link (LinkEmulation) in front of a device-profile 9bbsd on seqpacket.
+// 8 feeds against a device-profile server; cat, metadata and delivery again over an emulated
+// BLE link (LinkEmulation) in front of a device-profile 9bbsd on seqpacket; and delivery as
+// people see it, on the output of tail -f and cat (pty or pipe), on each of those set-ups.
 //
 // Everything runs in the calling thread, one section after the other; helpers start threads
 // for readers and pipelined reads. Children are spawned by `Supervisor`, which unmounts and
@@ -22,11 +23,12 @@ struct BenchCommand: ParsableCommand {
     abstract: "Benchmark mount9bbs against bare FUSE, the raw client and an emulated BLE link.",
     discussion: """
       Run as root from a release build: swift build -c release && \
-      swift run -c release mount9bbs-bench. Sections: cat, client, meta, chat, daemon, ble.
+      swift run -c release mount9bbs-bench. Sections: cat, client, meta, chat, daemon, ble, people.
       """)
 
-  @Option(help: "Comma-separated sections: cat,client,meta,chat,daemon,ble (default: all).")
-  var sections = "cat,client,meta,chat,daemon,ble"
+  @Option(
+    help: "Comma-separated sections: cat,client,meta,chat,daemon,ble,people (default: all).")
+  var sections = "cat,client,meta,chat,daemon,ble,people"
 
   @Option(help: "Runs per throughput measurement (medians are reported).")
   var runs = 5
@@ -39,6 +41,9 @@ struct BenchCommand: ParsableCommand {
 
   @Option(help: "Posts per chat-delivery measurement.")
   var posts = 30
+
+  @Option(help: "Posts per row of the people section (a random 100–300 ms apart).")
+  var peoplePosts = 25
 
   @Option(help: "stat() calls per latency measurement.")
   var statSamples = 300
@@ -85,6 +90,7 @@ struct BenchCommand: ParsableCommand {
       settings.runs = min(runs, 2)
       settings.sizeMiB = min(sizeMib, 16)
       settings.posts = min(posts, 10)
+      settings.peoplePosts = min(peoplePosts, 8)
       settings.statSamples = min(statSamples, 100)
       settings.window = min(window, 1.5)
       settings.bleKiB = min(bleKib, 64)
@@ -135,6 +141,7 @@ struct BenchSettings {
   var runs: Int
   var sizeMiB: Int
   var posts: Int
+  var peoplePosts: Int
   var statSamples: Int
   var window: Double
   var bleKiB: Int
@@ -151,6 +158,7 @@ struct BenchSettings {
     runs = max(1, command.runs)
     sizeMiB = max(1, command.sizeMib)
     posts = max(1, command.posts)
+    peoplePosts = max(1, command.peoplePosts)
     statSamples = max(10, command.statSamples)
     window = max(0.5, command.window)
     bleKiB = max(8, command.bleKib)

@@ -11,15 +11,23 @@ final class Supervisor: @unchecked Sendable {
   private var children: Set<pid_t> = []
   private var mounts: [String] = []
 
-  /// Starts `path` with `arguments`; output goes to `log` (or /dev/null).
-  func spawn(_ path: String, _ arguments: [String], log: String? = nil) throws -> pid_t {
+  /// Starts `path` with `arguments`; output goes to `log` (or /dev/null), or with `stdout`
+  /// given, stdout to that descriptor and stderr to `log`.
+  func spawn(_ path: String, _ arguments: [String], log: String? = nil, stdout: Int32? = nil)
+    throws -> pid_t
+  {
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
     let out = log ?? "/dev/null"
-    posix_spawn_file_actions_addopen(&actions, 1, out, O_WRONLY | O_CREAT | O_APPEND, 0o644)
-    posix_spawn_file_actions_adddup2(&actions, 1, 2)
+    if let stdout {
+      posix_spawn_file_actions_adddup2(&actions, stdout, 1)
+      posix_spawn_file_actions_addopen(&actions, 2, out, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+    } else {
+      posix_spawn_file_actions_addopen(&actions, 1, out, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+      posix_spawn_file_actions_adddup2(&actions, 1, 2)
+    }
 
     var attributes = posix_spawnattr_t()
     posix_spawnattr_init(&attributes)
@@ -60,6 +68,21 @@ final class Supervisor: @unchecked Sendable {
     lock.withLock { _ = children.remove(pid) }
     if status & 0x7f == 0 { return (status >> 8) & 0xff }
     return -(status & 0x7f)
+  }
+
+  /// Waits up to `seconds` for `pid` to exit (without killing it); true once reaped.
+  func reap(_ pid: pid_t, seconds: Double) -> Bool {
+    let deadline = Clock.now + Int64(seconds * 1e9)
+    repeat {
+      var status: Int32 = 0
+      let result = waitpid(pid, &status, WNOHANG)
+      if result == pid || (result < 0 && errno == ECHILD) {
+        lock.withLock { _ = children.remove(pid) }
+        return true
+      }
+      usleep(10_000)
+    } while Clock.now < deadline
+    return false
   }
 
   /// Runs a command to completion: (exit status, elapsed seconds).

@@ -10,6 +10,9 @@ enum Setup: String {
   /// session, 245-byte SDUs, 4 parked reads per session, 2 ms per request; breaking a rule
   /// gets the session dropped and logged ("… — disconnecting").
   case deviceSeqpacket
+  /// `--profile gen1` over TCP: the older board, whose chat reads never wait (a caught-up read
+  /// is 0 bytes at once), with a 49-line ring and one chat cursor for every reader.
+  case gen1TCP
 }
 
 /// A real `9bbsd`, a real `mount9bbs -f` of it, and a private directory, all torn down with
@@ -30,7 +33,7 @@ struct MountRig {
   /// path → contents).
   static func start(
     _ setup: Setup, for test: XCTestCase, rooms: [String] = ["lobby", "tech"],
-    files: [String: String]? = nil, serverArguments: [String] = []
+    files: [String: String]? = nil, serverArguments: [String] = [], mountOptions: [String] = []
   ) throws -> MountRig {
     let directory = try makeTemporaryDirectory("mount9bbs-itest")
     test.addTeardownBlock {
@@ -57,11 +60,14 @@ struct MountRig {
       server = try ServerProcess(
         transport: "seqpacket", profile: "device", rooms: rooms,
         extra: extra + ["--processing-delay", "2"])
+    case .gen1TCP:
+      server = try ServerProcess(transport: "tcp", profile: "gen1", rooms: rooms, extra: extra)
     }
     test.addTeardownBlock { server.stop() }
     let mountpoint = directory + "/mnt"
     try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: false)
-    let mount = try MountProcess(address: server.address, mountpoint: mountpoint)
+    let mount = try MountProcess(
+      address: server.address, mountpoint: mountpoint, options: mountOptions)
     test.addTeardownBlock { mount.stop() }
     test.addTeardownBlock { [weak test] in
       // Runs first: on failure, show what both sides logged.

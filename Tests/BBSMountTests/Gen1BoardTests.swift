@@ -1,0 +1,334 @@
+import Foundation
+import Glibc
+import NinePClient
+import NinePProtocol
+import NinePTransport
+import TestSupport
+import XCTest
+
+/// Real mounts of `9bbsd --profile gen1`, the older board: chat reads never wait (a caught-up
+/// read is 0 bytes at once), each room is a 49-line ring that drops its oldest line silently,
+/// and every reader shares one cursor, that of whoever last wrote anything. One test per
+/// defect the mount had against a real Gen-1 board; each failed before the fixes.
+final class Gen1BoardTests: XCTestCase {
+  /// `tail -f` of a room whose backlog was already read shows the next post. The board answers
+  /// the mount's first read with nothing at once; that must not open the room at size 0,
+  /// which sends GNU tail reading to an end that never comes.
+  func testTailFollowsACaughtUpRoomOnATerminal() throws {
+    let rig = try MountRig.start(.gen1TCP, for: self, serverArguments: ["--log-level", "trace"])
+    let ada = try BoardClient(rig.server.address, uname: "ada", for: self)
+    for n in 1...3 { try ada.post("backlog \(n)") }
+    // A first reader takes the backlog: ada is the last writer, so hers is every reader's cursor.
+    XCTAssertEqual(try ada.readRoom().count, 3)
+    XCTAssertEqual(try ada.readRoom(), [], "ada is not caught up")
+    // Look the room up first, so the empty reads from now on are the room feed's (a listing's
+    // confirming read may add one: two are waited for).
+    try sh("stat \(rig.path("chat/lobby")) >/dev/null")
+    let emptyReads = { rig.server.log.components(separatedBy: "-> Rread count=0").count - 1 }
+    let before = emptyReads()
+
+    // On a terminal, as people run it (tail flushes a line at once there).
+    let tail = try TerminalChild("/usr/bin/tail", ["-f", rig.path("chat/lobby")])
+    addTeardownBlock { tail.stop() }
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { emptyReads() >= before + 2 },
+      "the room feed never read the caught-up room")
+    let posted = ContinuousClock.now
+    try ada.post("fresh line")
+    let shown = waitUntil(timeout: 5) { tail.text.contains("ada: fresh line\n") }
+    print("tail -f of a caught-up Gen-1 room: shown \(shown) after \(posted.duration(to: .now))")
+    XCTAssertTrue(shown, "tail -f printed nothing within 5 s: \(tail.text.debugDescription)")
+    XCTAssertEqual(chatTexts(tail.text), ["fresh line"], tail.text)
+    rig.assertNoViolations()
+  }
+
+  /// A line that lands as the room's last reader closes is not lost: the read the close
+  /// flushes may already carry it, and the board has moved the (shared) cursor past it.
+  func testNoPostLostWhenTheLastReaderClosesAsItLands() throws {
+    // 25 ms per request, served in order: no reply is instant, so the feed reads back to back
+    // and a read is always queued behind the post, answered just after the close.
+    let rig = try MountRig.start(
+      .gen1TCP, for: self, serverArguments: ["--processing-delay", "25", "--log-level", "trace"])
+    let bob = try BoardClient(rig.server.address, uname: "bob", for: self)
+    let room = rig.path("chat/lobby")
+    try bob.post("seed")  // a room opens on its first line
+    XCTAssertEqual(chatTexts(try sh("timeout 10 head -n 1 \(room)")), ["seed"])
+    let reads = { rig.server.log.components(separatedBy: "<- Tread").count - 1 }
+    let rounds = 40
+    for n in 1...rounds {
+      let before = reads()
+      let fd = open(room, O_RDONLY)
+      guard fd >= 0 else {
+        return XCTFail("open of the room failed: \(String(cString: strerror(errno)))")
+      }
+      // Post once the room feed is reading the board, then close at once.
+      let reading = waitUntil(timeout: 10) { reads() > before }
+      try bob.post("line \(n)")
+      close(fd)
+      guard reading else { return XCTFail("round \(n): the room feed never read the board") }
+    }
+    try bob.post("end")
+    let reader = try background(self, "/bin/cat", [room])
+    XCTAssertTrue(
+      waitUntil(timeout: 15) { chatTexts(reader.text).last == "end" },
+      "the last post never showed: \(reader.text)")
+    let texts = chatTexts(reader.text)
+    let counts = Dictionary(texts.map { ($0, 1) }, uniquingKeysWith: +)
+    let lost = (1...rounds).filter { counts["line \($0)"] == nil }
+    let twice = (1...rounds).filter { (counts["line \($0)"] ?? 0) > 1 }
+    print("\(rounds) posts as the reader closed: \(lost.count) lost, \(twice.count) twice")
+    XCTAssertEqual(lost, [], "lines lost")
+    XCTAssertEqual(twice, [], "lines shown more than once")
+    XCTAssertEqual(texts, ["seed"] + (1...rounds).map { "line \($0)" } + ["end"])
+    rig.assertNoViolations()
+  }
+
+  /// A board that serves one connection at a time (9p4z's TCP transport): a room opens and
+  /// posting works on the one session the mount has. A second session's Tversion would sit in
+  /// the listen backlog until the request timeout (30 s).
+  func testOneConnectionAtATime() throws {
+    let rig = try MountRig.start(
+      .gen1TCP, for: self, serverArguments: ["--max-connections", "1"])
+    let room = rig.path("chat/lobby")
+    var started = ContinuousClock.now
+    try sh("echo 'one at a time' > \(rig.path("chat/post"))", timeout: 45)
+    let posting = started.duration(to: .now)
+    started = .now
+    let head = try shell("timeout 40 head -n 1 \(room)", timeout: 45)
+    let opening = started.duration(to: .now)
+    print("one connection at a time: post took \(posting), head -n 1 took \(opening)")
+    XCTAssertEqual(head.status, 0, "head -n 1 did not finish in 40 s: \(head.output)")
+    XCTAssertEqual(chatTexts(head.output), ["one at a time"], head.output)
+    XCTAssertLessThan(posting, .seconds(10), "posting waited")
+    XCTAssertLessThan(opening, .seconds(10), "the room waited for a second session")
+
+    // And it streams there: a reader sees the next post.
+    let reader = try background(self, "/bin/cat", [room])
+    XCTAssertTrue(waitUntil(timeout: 10) { chatTexts(reader.text) == ["one at a time"] })
+    try sh("echo 'and another' > \(rig.path("chat/post"))", timeout: 15)
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { chatTexts(reader.text) == ["one at a time", "and another"] },
+      reader.text)
+    rig.assertNoViolations()
+  }
+
+  /// A burst after a quiet spell loses nothing: an idle room is still polled often enough to
+  /// catch up before the 49-line ring drops what the burst pushed through it.
+  func testBurstAfterIdleLosesNothing() throws {
+    // 10 ms per request, as on a real board.
+    let rig = try MountRig.start(
+      .gen1TCP, for: self, serverArguments: ["--processing-delay", "10"])
+    let bob = try BoardClient(rig.server.address, uname: "bob", for: self)
+    try bob.post("ready")
+    let reader = try background(self, "/bin/cat", [rig.path("chat/lobby")])
+    XCTAssertTrue(waitUntil(timeout: 10) { chatTexts(reader.text) == ["ready"] }, reader.text)
+    // The point: a room nobody speaks in for a while.
+    Thread.sleep(forTimeInterval: 4)
+    let burst = (1...120).map { "burst \($0)" }
+    let started = ContinuousClock.now
+    for text in burst { try bob.post(text) }
+    let posting = started.duration(to: .now)
+    let ended = waitUntil(timeout: 15) { chatTexts(reader.text).last == "burst 120" }
+    let texts = Array(chatTexts(reader.text).dropFirst())
+    let lost = burst.filter { !texts.contains($0) }
+    print(
+      "120 posts in \(posting) after 4 s idle: \(texts.count) lines shown, \(lost.count) lost,"
+        + " \(texts.count - Set(texts).count) twice")
+    XCTAssertTrue(ended, "the last post never showed")
+    XCTAssertEqual(lost.count, 0, "lost: \(lost)")
+    XCTAssertEqual(texts, burst, "not every line once, in order")
+    rig.assertNoViolations()
+  }
+
+  /// Someone new posting does not show the room again: the board restarts every reader at the
+  /// start of its ring for a new author, and the copies must not reach the reader.
+  func testANewAuthorDoesNotReplayTheRing() throws {
+    let rig = try MountRig.start(.gen1TCP, for: self)
+    let alice = try BoardClient(rig.server.address, uname: "alice", for: self)
+    let old = (1...40).map { "old \($0)" }
+    for text in old { try alice.post(text) }
+    let reader = try background(self, "/bin/cat", [rig.path("chat/lobby")])
+    XCTAssertTrue(waitUntil(timeout: 10) { chatTexts(reader.text) == old }, reader.text)
+
+    let carol = try BoardClient(rig.server.address, uname: "carol", for: self)
+    try carol.post("carol is new here")
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { chatTexts(reader.text).contains("carol is new here") },
+      reader.text)
+    // carol is now the last writer, so her next line replays nothing: once it shows, every
+    // copy the first one brought has shown too.
+    try carol.post("carol again")
+    XCTAssertTrue(waitUntil(timeout: 10) { chatTexts(reader.text).last == "carol again" })
+    let texts = chatTexts(reader.text)
+    print(
+      "a new author on a caught-up room: \(texts.count - old.count - 2) old lines shown again")
+    XCTAssertEqual(texts, old + ["carol is new here", "carol again"])
+    rig.assertNoViolations()
+  }
+}
+
+/// Another client of the board: a 9P session of its own (not through a mount) that posts to
+/// the lobby and reads it, closed with the test.
+private final class BoardClient: @unchecked Sendable {
+  let session: Session
+  private var postFid: Fid?
+
+  init(_ address: String, uname: String, for test: XCTestCase) throws {
+    let transport = try dial(try TransportAddress(parsing: address))
+    session = try Session.connect(
+      transport: transport,
+      configuration: SessionConfiguration(
+        profile: .multiplex, uname: uname, requestTimeout: .seconds(10)))
+    test.addTeardownBlock { [session] in session.close() }
+  }
+
+  /// Posts one line to the lobby (Gen-1 wants `room:text` in one Twrite); returns once the
+  /// board has it.
+  func post(_ text: String) throws {
+    let fid: Fid
+    if let postFid {
+      fid = postFid
+    } else {
+      fid = try open("chat/post", mode: .write)
+      postFid = fid
+    }
+    let data = Array("lobby:\(text)".utf8)
+    let count = try wait("post \(text)") {
+      session.write(fid, offset: 0, data: data, completion: $0)
+    }
+    guard count == data.count else { throw HarnessError("short post: \(count) of \(data.count)") }
+  }
+
+  /// One read of the lobby (the board answers at once): the lines it gave.
+  func readRoom() throws -> [ChatLine] {
+    let fid = try open("chat/lobby", mode: .read)
+    defer { session.clunk(fid) }
+    let data = try wait("read the lobby") {
+      session.read(fid, offset: 0, count: 8000, completion: $0)
+    }
+    return chatLines(String(decoding: data, as: UTF8.self))
+  }
+
+  private func open(_ path: String, mode: OpenMode) throws -> Fid {
+    let walked = try wait("walk \(path)") { session.walk(Session.components(path), completion: $0) }
+    _ = try wait("open \(path)") { session.open(walked.fid, mode: mode, completion: $0) }
+    return walked.fid
+  }
+
+  /// Runs one callback operation and waits for it (bounded: the session's own timeout is 10 s).
+  private func wait<T: Sendable>(
+    _ what: String, _ start: (@escaping @Sendable (Result<T, NinePError>) -> Void) -> Void
+  ) throws -> T {
+    let done = DispatchSemaphore(value: 0)
+    let box = ResultBox<T>()
+    start {
+      box.result = $0
+      done.signal()
+    }
+    guard done.wait(timeout: .now() + 15) == .success, let result = box.result else {
+      throw HarnessError("\(what): no answer within 15 s")
+    }
+    return try result.get()
+  }
+}
+
+private final class ResultBox<T: Sendable>: @unchecked Sendable {
+  var result: Result<T, NinePError>?
+}
+
+/// A program whose standard output and error are a pseudo-terminal, as in an interactive
+/// shell: GNU tail flushes each line there, and the mount treats a follow loop on a
+/// terminal differently from one writing into a pipe.
+private final class TerminalChild: @unchecked Sendable {
+  let process = Process()
+  private let lock = NSLock()
+  private var captured = Data()
+
+  init(_ program: String, _ arguments: [String]) throws {
+    let master = PseudoTerminalCalls.openpt(O_RDWR | O_NOCTTY)
+    guard master >= 0 else {
+      throw HarnessError("posix_openpt: \(String(cString: strerror(errno)))")
+    }
+    var path = [CChar](repeating: 0, count: 128)
+    guard PseudoTerminalCalls.grantpt(master) == 0, PseudoTerminalCalls.unlockpt(master) == 0,
+      PseudoTerminalCalls.ptsnameR(master, &path, path.count) == 0
+    else {
+      close(master)
+      throw HarnessError("cannot set up a pseudo-terminal: \(String(cString: strerror(errno)))")
+    }
+    let name = String(
+      decoding: path.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    let slave = Glibc.open(name, O_RDWR | O_NOCTTY)
+    guard slave >= 0 else {
+      close(master)
+      throw HarnessError("open \(name): \(String(cString: strerror(errno)))")
+    }
+    // Raw: no \n → \r\n translation, so the output reads like a pipe's.
+    var settings = termios()
+    tcgetattr(slave, &settings)
+    cfmakeraw(&settings)
+    tcsetattr(slave, TCSANOW, &settings)
+    let terminal = FileHandle(fileDescriptor: slave, closeOnDealloc: true)
+    process.executableURL = URL(fileURLWithPath: program)
+    process.arguments = arguments
+    process.standardInput = FileHandle.nullDevice
+    process.standardOutput = terminal
+    process.standardError = terminal
+    do {
+      try process.run()
+    } catch {
+      close(master)
+      throw error
+    }
+    // Only the child holds the terminal now: the master reads EIO once it has gone.
+    try? terminal.close()
+    Thread { [self] in
+      var buffer = [UInt8](repeating: 0, count: 65536)
+      while true {
+        let count = read(master, &buffer, buffer.count)
+        if count < 0 && errno == EINTR { continue }
+        guard count > 0 else { break }
+        lock.lock()
+        captured.append(contentsOf: buffer[..<count])
+        lock.unlock()
+      }
+      close(master)
+    }.start()
+  }
+
+  /// Everything it wrote so far.
+  var text: String {
+    lock.lock()
+    defer { lock.unlock() }
+    return String(decoding: captured, as: UTF8.self)
+  }
+
+  /// SIGTERM, then SIGKILL if it lingers.
+  func stop() {
+    guard process.isRunning else { return }
+    kill(process.processIdentifier, SIGTERM)
+    if !waitUntil(timeout: 2, { !process.isRunning }) {
+      kill(process.processIdentifier, SIGKILL)
+      _ = waitUntil(timeout: 5) { !process.isRunning }
+    }
+  }
+}
+
+/// glibc's pseudo-terminal calls, which Swift's Glibc module does not import (they sit behind
+/// _XOPEN_SOURCE), looked up at run time.
+private enum PseudoTerminalCalls {
+  typealias OpenPT = @convention(c) (Int32) -> Int32
+  typealias OnFD = @convention(c) (Int32) -> Int32
+  typealias PtsNameR = @convention(c) (Int32, UnsafeMutablePointer<CChar>?, Int) -> Int32
+
+  static let openpt = function("posix_openpt", as: OpenPT.self)
+  static let grantpt = function("grantpt", as: OnFD.self)
+  static let unlockpt = function("unlockpt", as: OnFD.self)
+  static let ptsnameR = function("ptsname_r", as: PtsNameR.self)
+
+  private static func function<T>(_ name: String, as type: T.Type) -> T {
+    // RTLD_DEFAULT (a null handle): the process's own libc.
+    guard let symbol = dlsym(nil, name) else { fatalError("libc has no \(name)") }
+    return unsafeBitCast(symbol, to: type)
+  }
+}
