@@ -115,7 +115,7 @@ let package = Package(
     // Tests.
     .target(
       name: "TestSupport",
-      dependencies: ["NinePProtocol", "NinePTransport", "NinePClient", "BBSServer"],
+      dependencies: ["NinePProtocol", "NinePTransport"],
       path: "Tests/TestSupport"),
     .testTarget(name: "NinePProtocolTests", dependencies: ["NinePProtocol"]),
     .testTarget(name: "NinePTransportTests", dependencies: ["NinePTransport"]),
@@ -124,8 +124,9 @@ let package = Package(
       dependencies: ["NinePClient", "NinePProtocol", "NinePTransport", "BBSServer", "TestSupport"]),
     .testTarget(
       name: "BBSServerTests",
-      dependencies: ["BBSServer", "NinePProtocol", "NinePTransport", "NinePClient", "TestSupport"]),
-    .testTarget(name: "LinkEmulationTests", dependencies: ["LinkEmulation", "NinePTransport"]),
+      dependencies: ["BBSServer", "NinePProtocol", "NinePTransport", "TestSupport"]),
+    .testTarget(
+      name: "LinkEmulationTests", dependencies: ["LinkEmulation", "NinePTransport", "TestSupport"]),
     .testTarget(
       name: "FuseKitTests",
       dependencies: ["FuseKit", .product(name: "Logging", package: "swift-log")]),

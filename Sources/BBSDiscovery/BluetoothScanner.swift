@@ -427,7 +427,7 @@ private final class BlueZScan {
 
   private func expireDeadlines(now: ContinuousClock.Instant) {
     for (path, item) in work where item.stage != .done && item.deadline <= now {
-      let seconds = BBSDiscovery.seconds(options.readTimeout)
+      let seconds = options.readTimeout.timeInterval
       work[path]?.stage = .done
       disconnectIfOurs(path, item)
       let error: DiscoveryError =

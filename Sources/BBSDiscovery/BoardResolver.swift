@@ -105,7 +105,7 @@ public struct BoardResolver: Sendable {
     var match: CachedBoard?
     let options = BluetoothScanOptions(duration: scanDuration, readTimeout: .seconds(10))
     logger.notice(
-      "looking for \(reference.name) over Bluetooth LE (up to \(DiscoveryError.format(seconds(scanDuration))) s)…"
+      "looking for \(reference.name) over Bluetooth LE (up to \(DiscoveryError.format(scanDuration.timeInterval)) s)…"
     )
     try scanner.scan(options: options) { event in
       let board: CachedBoard
@@ -135,14 +135,14 @@ public struct BoardResolver: Sendable {
       let fallback = CachedBoard(kind: .bluetooth, name: nil, address: address)
       return Resolution(addresses: fallback.dialCandidates, source: .fallback)
     }
-    throw .boardNotFound(name: reference.name, lan: false, seconds: seconds(scanDuration))
+    throw .boardNotFound(name: reference.name, lan: false, seconds: scanDuration.timeInterval)
   }
 
   private func scanLAN(for reference: BoardReference) throws(DiscoveryError) -> Resolution {
     let browser = LANBrowser(logger: logger)
     var match: CachedBoard?
     logger.notice(
-      "looking for \(reference.name) on the LAN (up to \(DiscoveryError.format(seconds(scanDuration))) s)…"
+      "looking for \(reference.name) on the LAN (up to \(DiscoveryError.format(scanDuration.timeInterval)) s)…"
     )
     try browser.browse(duration: scanDuration) { event in
       guard case .found(let service) = event else { return }
@@ -154,14 +154,8 @@ public struct BoardResolver: Sendable {
       }
     }
     guard let match else {
-      throw .boardNotFound(name: reference.name, lan: true, seconds: seconds(scanDuration))
+      throw .boardNotFound(name: reference.name, lan: true, seconds: scanDuration.timeInterval)
     }
     return Resolution(addresses: match.dialCandidates, source: .scan)
   }
-}
-
-/// A duration in seconds.
-func seconds(_ duration: Duration) -> Double {
-  let (whole, fraction) = duration.components
-  return Double(whole) + Double(fraction) / 1e18
 }

@@ -62,10 +62,11 @@ public final class Pool: @unchecked Sendable {
   private var primarySession: Session?
   private var streamSessions: [Session] = []
   private var dialingStream = false
-  private var streamWaiters: [UInt64: @Sendable (Result<Session, NinePError>) -> Void] = [:]
+  private typealias Completion = @Sendable (Result<Session, NinePError>) -> Void
+  private var streamWaiters: [UInt64: Completion] = [:]
   /// The server did not give an extra session: streams share the open ones until reconnect.
   private var extraSessionsRefused = false
-  private var upWaiters: [UInt64: @Sendable (Result<Session, NinePError>) -> Void] = [:]
+  private var upWaiters: [UInt64: Completion] = [:]
   private var nextWaiterID: UInt64 = 1
   private var link: LinkState = .down(reason: "not started")
   private var linkSince = Date()
@@ -220,47 +221,70 @@ public final class Pool: @unchecked Sendable {
   public func session(
     for placement: Placement, completion: @escaping @Sendable (Result<Session, NinePError>) -> Void
   ) {
-    lock.lock()
-    guard let primarySession else {
-      lock.unlock()
-      return primary(within: placement == .ordinary ? configuration.requestTimeout : nil) {
+    switch lock.withLock({ placeLocked(placement, completion) }) {
+    case .linkDown:
+      primary(within: placement == .ordinary ? configuration.requestTimeout : nil) {
         [self] result in
         switch result {
         case .success: session(for: placement, completion: completion)
         case .failure(let error): completion(.failure(error))
         }
       }
+    case .placed(let session):
+      completion(.success(session))
+    case .waiting(let id, let dial):
+      if dial { Thread.detachNewThread { [self] in dialStreamSession() } }
+      // Someone opening a room should not wait long for a session that may never come.
+      DispatchQueue.global().asyncAfter(deadline: .now() + Self.dialPatience.timeInterval) {
+        [self] in
+        patienceRanOut(waiter: id)
+      }
     }
-    guard placement == .stream else {
-      lock.unlock()
-      return completion(.success(primarySession))
-    }
+  }
+
+  /// What ``session(for:completion:)`` does, decided under the lock and done after it.
+  private enum Placing {
+    /// Wait for the link to come back, then place again.
+    case linkDown
+    /// Hand this session over (a stream is already reserved on it).
+    case placed(Session)
+    /// The completion waits in `streamWaiters` under `id` for a stream session; `dial` says
+    /// whether this caller starts the dial.
+    case waiting(id: UInt64, dial: Bool)
+  }
+
+  /// Called with the lock held.
+  private func placeLocked(
+    _ placement: Placement,
+    _ completion: @escaping Completion
+  ) -> Placing {
+    guard let primarySession else { return .linkDown }
+    guard placement == .stream else { return .placed(primarySession) }
     if let placed = placeStreamLocked(primary: primarySession, mayDial: true) {
       placed.reserveStream()
-      lock.unlock()
-      return completion(.success(placed))
+      return .placed(placed)
     }
     let id = nextWaiterID
     nextWaiterID += 1
     streamWaiters[id] = completion
-    let dial = !dialingStream
-    dialingStream = true
-    lock.unlock()
-    if dial { Thread.detachNewThread { [self] in dialStreamSession() } }
-    // Someone opening a room should not wait long for a session that may never come.
-    DispatchQueue.global().asyncAfter(deadline: .now() + Self.dialPatience.timeInterval) {
-      [self] in
-      lock.lock()
-      let waiter = streamWaiters.removeValue(forKey: id)
-      let fallback = self.primarySession.map { placeStreamLocked(primary: $0, mayDial: false) }
+    defer { dialingStream = true }
+    return .waiting(id: id, dial: !dialingStream)
+  }
+
+  /// A stream waited ``dialPatience`` for a new session: if it still waits, it takes a place
+  /// on an open session, or (the link being down) waits for the link like any stream.
+  private func patienceRanOut(waiter id: UInt64) {
+    let (waiter, fallback) = lock.withLock { () -> (Completion?, Session?) in
+      guard let waiter = streamWaiters.removeValue(forKey: id) else { return (nil, nil) }
+      let fallback = primarySession.map { placeStreamLocked(primary: $0, mayDial: false) }
       fallback??.reserveStream()
-      lock.unlock()
-      guard let waiter else { return }
-      if let fallback, let fallback {
-        waiter(.success(fallback))
-      } else {
-        session(for: .stream, completion: waiter)
-      }
+      return (waiter, fallback ?? nil)
+    }
+    guard let waiter else { return }
+    if let fallback {
+      waiter(.success(fallback))
+    } else {
+      session(for: .stream, completion: waiter)
     }
   }
 
@@ -448,12 +472,5 @@ public final class Pool: @unchecked Sendable {
     return try Session.connect(
       transport: transport, configuration: configuration, handshakeTimeout: handshake,
       logger: logger)
-  }
-}
-
-extension Duration {
-  /// Seconds as a `Double`, for Dispatch and Foundation.
-  public var timeInterval: Double {
-    Double(components.seconds) + Double(components.attoseconds) / 1e18
   }
 }

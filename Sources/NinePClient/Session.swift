@@ -2,11 +2,12 @@
 // version/attach, tag table, fid table and wire discipline.
 //
 // Moving parts:
-// - Callers (FUSE worker threads, feeds, async wrappers) call `send(_:options:completion:)`,
+// - Callers (FUSE worker threads, room feeds, the pool's keepalive) call `send(_:options:completion:)`,
 //   which only queues the request under the lock and signals the writer; it never blocks on I/O.
-// - The writer thread takes queued requests in order whenever the profile allows (tag window,
-//   device busy rule, parked-read slots, one read per fid), assigns tags and writes frames. It
-//   also expires request timeouts, sending Tflush for what was already on the wire.
+// - The writer thread takes queued requests in order whenever a tag is free and the
+//   ``WireDiscipline`` allows (device busy rule and park grace, parked-read slots, one read per
+//   fid), assigns tags and writes frames. It also expires request timeouts, sending Tflush for
+//   what was already on the wire, and flushes the parked read whose turn is over.
 // - The reader thread decodes replies, checks them against their requests and calls the
 //   completions. Completions run on the reader thread and must not block.
 // - Any transport error, EOF or protocol violation closes the session: every pending request
@@ -72,7 +73,8 @@ public final class Session: @unchecked Sendable {
   private final class Pending {
     let id: UInt64
     let message: Message
-    let mayPark: Bool
+    /// What the wire discipline needs to know of it (whether it may park, the fid it reads).
+    let traits: WireDiscipline.Request
     let completion: Completion?
     var deadline: ContinuousClock.Instant?
     var tag: Tag?
@@ -83,21 +85,14 @@ public final class Session: @unchecked Sendable {
     var flushing = false
     /// The reply crossed the Tflush and went to the caller; the tag waits for Rflush.
     var answered = false
-    /// The profile's slots (busy, parked, fid read) were given back.
-    var settled = false
     /// For Tflush: the request it flushes.
     weak var flushTarget: Pending?
 
     init(id: UInt64, message: Message, mayPark: Bool, completion: Completion?) {
       self.id = id
       self.message = message
-      self.mayPark = mayPark
+      self.traits = WireDiscipline.Request(message, mayPark: mayPark)
       self.completion = completion
-    }
-
-    var readFid: Fid? {
-      if case .tread(let fid, _, _) = message { return fid }
-      return nil
     }
   }
 
@@ -109,14 +104,7 @@ public final class Session: @unchecked Sendable {
     var freeTags: [Tag]
     var usedFids: Set<Fid> = []
     var nextFid: Fid = 1
-    var readingFids: Set<Fid> = []
-    var parked = 0
-    /// Device profile: the non-parked request that keeps the channel busy.
-    var busyTag: Tag?
-    /// Device profile: the channel counts as busy until then (a read that may park).
-    var busyUntil: ContinuousClock.Instant?
-    /// The read whose grace `busyUntil` is: only its own reply ends the grace early.
-    var graceTag: Tag?
+    var discipline: WireDiscipline
     var closedReason: String?
     var statistics = SessionStatistics()
     var loggedOversize = false
@@ -135,7 +123,8 @@ public final class Session: @unchecked Sendable {
     self.rootFid = rootFid
     self.logger = logger
     let tagCount = max(1, min(configuration.maxTags, Int(NineP.noTag)))
-    state = State(freeTags: (0..<Tag(tagCount)).reversed())
+    state = State(
+      freeTags: (0..<Tag(tagCount)).reversed(), discipline: WireDiscipline(configuration))
   }
 
   // MARK: - Connecting
@@ -293,6 +282,7 @@ public final class Session: @unchecked Sendable {
   private func enqueueFlushLocked(_ pending: Pending) {
     guard !pending.flushing, let tag = pending.tag else { return }
     pending.flushing = true
+    state.discipline.willFlush(tag: tag)
     let flush = Pending(
       id: state.nextID, message: .tflush(oldtag: tag), mayPark: false, completion: nil)
     state.nextID += 1
@@ -352,7 +342,7 @@ public final class Session: @unchecked Sendable {
     var stats = state.statistics
     stats.requestsInFlight = state.inFlight.count
     stats.requestsQueued = state.queue.count
-    stats.parkedReads = state.parked
+    stats.parkedReads = state.discipline.parkedReads
     return stats
   }
 
@@ -362,7 +352,7 @@ public final class Session: @unchecked Sendable {
   public var streamLoad: Int {
     condition.lock()
     defer { condition.unlock() }
-    return max(reservedStreams, state.parked + state.queue.reduce(0) { $0 + ($1.mayPark ? 1 : 0) })
+    return max(reservedStreams, state.discipline.parkedReads + queuedStreamsLocked)
   }
 
   /// The pool placed a stream here.
@@ -425,18 +415,15 @@ public final class Session: @unchecked Sendable {
     reader.start()
   }
 
-  /// Whether the profile lets `pending` go on the wire now. Called with the lock held.
+  /// Whether `pending` may go on the wire now: a free tag and the discipline's leave. Called
+  /// with the lock held.
   private func canSendLocked(_ pending: Pending, now: ContinuousClock.Instant) -> Bool {
-    if state.freeTags.isEmpty { return false }
-    guard configuration.profile == .device else {
-      if pending.mayPark && state.parked >= configuration.maxParkedReads { return false }
-      return true
-    }
-    if state.busyTag != nil { return false }
-    if let until = state.busyUntil, until > now { return false }
-    if pending.mayPark && state.parked >= configuration.maxParkedReads { return false }
-    if let fid = pending.readFid, state.readingFids.contains(fid) { return false }
-    return true
+    !state.freeTags.isEmpty && state.discipline.canSend(pending.traits, now: now)
+  }
+
+  /// Reads in the queue that may park (they wait for a parked-read slot, or will).
+  private var queuedStreamsLocked: Int {
+    state.queue.reduce(0) { $0 + ($1.traits.mayPark ? 1 : 0) }
   }
 
   private func writerLoop() {
@@ -468,14 +455,11 @@ public final class Session: @unchecked Sendable {
         condition.lock()
         continue
       }
-      let wake = nextWakeLocked()
+      let wake = nextWakeLocked(now: now)
       state.writerWakesAt = wake
       defer { state.writerWakesAt = nil }
       if let wake {
-        let interval = now.duration(to: wake)
-        let seconds =
-          Double(interval.components.seconds)
-          + Double(interval.components.attoseconds) / 1e18
+        let seconds = now.duration(to: wake).timeInterval
         _ = condition.wait(until: Date(timeIntervalSinceNow: max(seconds, 0.0005)))
       } else {
         condition.wait()
@@ -484,25 +468,15 @@ public final class Session: @unchecked Sendable {
     condition.unlock()
   }
 
-  /// Gives `pending` a tag and takes the profile's slots for it; returns its frame. The caller
-  /// sends the frame (after unlocking) with ``transmit(_:_:)``.
+  /// Gives `pending` a tag and tells the discipline; returns its frame. The caller sends the
+  /// frame (after unlocking) with ``transmit(_:_:)``.
   private func dispatchLocked(_ pending: Pending, now: ContinuousClock.Instant) -> [UInt8] {
     let tag = state.freeTags.removeLast()
     pending.tag = tag
     pending.sentAt = now
     state.inFlight[tag] = pending
-    if pending.mayPark {
-      state.parked += 1
-      if configuration.profile == .device {
-        // The device gives no sign that a read has parked: wait long enough for it to have
-        // been processed, which on a loaded board takes a few round trips.
-        state.busyUntil = now + max(configuration.parkGrace, state.statistics.roundTrip * 3)
-        state.graceTag = tag
-      }
-    } else if configuration.profile == .device {
-      state.busyTag = tag
-    }
-    if let fid = pending.readFid { state.readingFids.insert(fid) }
+    state.discipline.didSend(
+      pending.traits, tag: tag, now: now, roundTrip: state.statistics.roundTrip)
     let frame = pending.message.encoded(tag: tag)
     state.statistics.messagesSent += 1
     state.statistics.bytesSent += UInt64(frame.count)
@@ -521,38 +495,22 @@ public final class Session: @unchecked Sendable {
     }
   }
 
-  /// The next instant the writer must look again without a signal: a deadline or busy grace.
-  /// Reads that wait for a parking slot, and the parked read that has held its slot longest
-  /// (nil when nobody waits): a quiet room must not keep a slot from a busy one for ever.
-  private func parkingContentionLocked() -> (waiting: Int, oldest: Pending?) {
-    guard state.parked >= configuration.maxParkedReads else { return (0, nil) }
-    let waiting = state.queue.reduce(0) { $0 + ($1.mayPark ? 1 : 0) }
-    guard waiting > 0 else { return (0, nil) }
-    let oldest = state.inFlight.values.filter { $0.mayPark && !$0.flushing && !$0.settled }
-      .min { ($0.sentAt ?? .now) < ($1.sentAt ?? .now) }
-    return (waiting, oldest)
-  }
-
   /// When reads wait for a parking slot, the read parked longest gives its slot up after
   /// ``SessionConfiguration/parkingTurn``: it is flushed, and its owner (which sees `.flushed`,
   /// or the empty Rread a device sends before Rflush) reads again, queueing behind the others.
-  /// Costs nothing while there are enough slots.
   private func rotateParkedReadsLocked(now: ContinuousClock.Instant) {
-    let (_, oldest) = parkingContentionLocked()
-    guard let oldest, let sentAt = oldest.sentAt,
-      sentAt.duration(to: now) >= configuration.parkingTurn
+    guard let tag = state.discipline.readToRotate(now: now, queuedStreams: queuedStreamsLocked),
+      let oldest = state.inFlight[tag]
     else { return }
     logger.debug("a parked read gives up its slot to a waiting one")
     enqueueFlushLocked(oldest)
   }
 
-  private func nextWakeLocked() -> ContinuousClock.Instant? {
-    var wake: ContinuousClock.Instant? = nil
-    if let until = state.busyUntil, until > .now, !state.queue.isEmpty { wake = until }
-    if let sentAt = parkingContentionLocked().oldest?.sentAt {
-      let turn = sentAt + configuration.parkingTurn
-      wake = min(wake ?? turn, turn)
-    }
+  /// The next instant the writer must look again without a signal: a deadline, the end of a
+  /// park grace or a parking turn.
+  private func nextWakeLocked(now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+    var wake = state.discipline.nextWake(
+      now: now, queued: state.queue.count, queuedStreams: queuedStreamsLocked)
     for pending in state.byID.values {
       if let deadline = pending.deadline, !pending.abandoned {
         wake = min(wake ?? deadline, deadline)
@@ -581,10 +539,7 @@ public final class Session: @unchecked Sendable {
         state.byID[pending.id] = nil
       } else {
         logger.warning("no reply to \(pending.message) in time; flushing it")
-        // A device keeps the channel busy until the request is answered; a lost reply
-        // (facts §3.2: TX buffer timeout, oversized SDU) would hold it busy for ever. After a
-        // whole timeout the device is done with it: let the Tflush go.
-        if state.busyTag == pending.tag { state.busyTag = nil }
+        if let tag = pending.tag { state.discipline.didTimeOut(tag: tag) }
         enqueueFlushLocked(pending)
       }
     }
@@ -641,9 +596,9 @@ public final class Session: @unchecked Sendable {
       condition.unlock()
       return violation
     }
-    // The profile's slots are free once the server has answered.
-    releaseSlotsLocked(pending, tag: tag)
-    if !pending.mayPark, let sentAt = pending.sentAt {
+    // What the request held on the wire is free once the server has answered.
+    state.discipline.didReceiveReply(tag: tag)
+    if !pending.traits.mayPark, let sentAt = pending.sentAt {
       let sample = sentAt.duration(to: .now)
       let old = state.statistics.roundTrip
       state.statistics.roundTrip = old == .zero ? sample : (old * 7 + sample) / 8
@@ -657,7 +612,7 @@ public final class Session: @unchecked Sendable {
       if let target = pending.flushTarget, let oldTag = target.tag,
         state.inFlight[oldTag] === target
       {
-        releaseSlotsLocked(target, tag: oldTag)
+        state.discipline.didReceiveReply(tag: oldTag)
         freeTagLocked(oldTag, target)
         if !target.answered, !target.abandoned, let completion = target.completion {
           toComplete.append((completion, .failure(.flushed)))
@@ -697,23 +652,6 @@ public final class Session: @unchecked Sendable {
     }
     for (completion, result) in toComplete { completion(result) }
     return nil
-  }
-
-  /// Gives back the profile's slots a request held (busy channel, parked-read slot, read on
-  /// its fid). Idempotent: a flushed request is settled once, by its reply or its Rflush.
-  private func releaseSlotsLocked(_ pending: Pending, tag: Tag) {
-    guard !pending.settled else { return }
-    pending.settled = true
-    if state.busyTag == tag { state.busyTag = nil }
-    if pending.mayPark {
-      state.parked -= 1
-      // An older parked read answered now says nothing about the one in its grace.
-      if state.graceTag == tag {
-        state.busyUntil = nil
-        state.graceTag = nil
-      }
-    }
-    if let fid = pending.readFid { state.readingFids.remove(fid) }
   }
 
   /// Makes a tag reusable and forgets its request.
@@ -777,8 +715,7 @@ final class Watchdog: @unchecked Sendable {
   private(set) var fired = false
 
   init(after delay: Duration, action: @escaping @Sendable () -> Void) {
-    let seconds = Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18
-    DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { [self] in
+    DispatchQueue.global().asyncAfter(deadline: .now() + delay.timeInterval) { [self] in
       lock.lock()
       let run = !done
       done = true

@@ -29,6 +29,7 @@ final class Gen1BoardTests: XCTestCase {
 
     // On a terminal, as people run it (tail flushes a line at once there).
     let tail = try TerminalChild("/usr/bin/tail", ["-f", rig.path("chat/lobby")])
+    try tail.start()
     addTeardownBlock { tail.stop() }
     XCTAssertTrue(
       waitUntil(timeout: 10) { emptyReads() >= before + 2 },
@@ -234,101 +235,4 @@ private final class BoardClient: @unchecked Sendable {
 
 private final class ResultBox<T: Sendable>: @unchecked Sendable {
   var result: Result<T, NinePError>?
-}
-
-/// A program whose standard output and error are a pseudo-terminal, as in an interactive
-/// shell: GNU tail flushes each line there, and the mount treats a follow loop on a
-/// terminal differently from one writing into a pipe.
-private final class TerminalChild: @unchecked Sendable {
-  let process = Process()
-  private let lock = NSLock()
-  private var captured = Data()
-
-  init(_ program: String, _ arguments: [String]) throws {
-    let master = PseudoTerminalCalls.openpt(O_RDWR | O_NOCTTY)
-    guard master >= 0 else {
-      throw HarnessError("posix_openpt: \(String(cString: strerror(errno)))")
-    }
-    var path = [CChar](repeating: 0, count: 128)
-    guard PseudoTerminalCalls.grantpt(master) == 0, PseudoTerminalCalls.unlockpt(master) == 0,
-      PseudoTerminalCalls.ptsnameR(master, &path, path.count) == 0
-    else {
-      close(master)
-      throw HarnessError("cannot set up a pseudo-terminal: \(String(cString: strerror(errno)))")
-    }
-    let name = String(
-      decoding: path.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    let slave = Glibc.open(name, O_RDWR | O_NOCTTY)
-    guard slave >= 0 else {
-      close(master)
-      throw HarnessError("open \(name): \(String(cString: strerror(errno)))")
-    }
-    // Raw: no \n → \r\n translation, so the output reads like a pipe's.
-    var settings = termios()
-    tcgetattr(slave, &settings)
-    cfmakeraw(&settings)
-    tcsetattr(slave, TCSANOW, &settings)
-    let terminal = FileHandle(fileDescriptor: slave, closeOnDealloc: true)
-    process.executableURL = URL(fileURLWithPath: program)
-    process.arguments = arguments
-    process.standardInput = FileHandle.nullDevice
-    process.standardOutput = terminal
-    process.standardError = terminal
-    do {
-      try process.run()
-    } catch {
-      close(master)
-      throw error
-    }
-    // Only the child holds the terminal now: the master reads EIO once it has gone.
-    try? terminal.close()
-    Thread { [self] in
-      var buffer = [UInt8](repeating: 0, count: 65536)
-      while true {
-        let count = read(master, &buffer, buffer.count)
-        if count < 0 && errno == EINTR { continue }
-        guard count > 0 else { break }
-        lock.lock()
-        captured.append(contentsOf: buffer[..<count])
-        lock.unlock()
-      }
-      close(master)
-    }.start()
-  }
-
-  /// Everything it wrote so far.
-  var text: String {
-    lock.lock()
-    defer { lock.unlock() }
-    return String(decoding: captured, as: UTF8.self)
-  }
-
-  /// SIGTERM, then SIGKILL if it lingers.
-  func stop() {
-    guard process.isRunning else { return }
-    kill(process.processIdentifier, SIGTERM)
-    if !waitUntil(timeout: 2, { !process.isRunning }) {
-      kill(process.processIdentifier, SIGKILL)
-      _ = waitUntil(timeout: 5) { !process.isRunning }
-    }
-  }
-}
-
-/// glibc's pseudo-terminal calls, which Swift's Glibc module does not import (they sit behind
-/// _XOPEN_SOURCE), looked up at run time.
-private enum PseudoTerminalCalls {
-  typealias OpenPT = @convention(c) (Int32) -> Int32
-  typealias OnFD = @convention(c) (Int32) -> Int32
-  typealias PtsNameR = @convention(c) (Int32, UnsafeMutablePointer<CChar>?, Int) -> Int32
-
-  static let openpt = function("posix_openpt", as: OpenPT.self)
-  static let grantpt = function("grantpt", as: OnFD.self)
-  static let unlockpt = function("unlockpt", as: OnFD.self)
-  static let ptsnameR = function("ptsname_r", as: PtsNameR.self)
-
-  private static func function<T>(_ name: String, as type: T.Type) -> T {
-    // RTLD_DEFAULT (a null handle): the process's own libc.
-    guard let symbol = dlsym(nil, name) else { fatalError("libc has no \(name)") }
-    return unsafeBitCast(symbol, to: type)
-  }
 }

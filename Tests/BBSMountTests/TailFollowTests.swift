@@ -19,6 +19,17 @@ final class TailFollowTests: XCTestCase {
       XCTAssertNotNil(
         tail.waitForOutput("line \(index)", timeout: prompt), "tail -f -s 30 printed: \(tail.text)")
     }
+    // A tail that inherited descriptors from its shell (a log open for writing, /dev/null)
+    // follows at once too.
+    let log = rig.directory + "/inherited.log"
+    let inherited = try TerminalChild(
+      "/bin/sh",
+      ["-c", "exec 7>'\(log)' 8</dev/null; exec tail -f -s 30 '\(rig.path("chat/lobby"))'"])
+    try inherited.start()
+    addTeardownBlock { inherited.stop() }
+    XCTAssertNotNil(inherited.waitForOutput("line 3", timeout: prompt), inherited.text)
+    try post(rig, "inherited")
+    XCTAssertNotNil(inherited.waitForOutput("inherited", timeout: prompt), inherited.text)
     // tail -F (by name) too.
     let byName = try follow(rig, ["chat/lobby"], flags: ["-F"])
     XCTAssertNotNil(byName.waitForOutput("line 3", timeout: prompt), byName.text)

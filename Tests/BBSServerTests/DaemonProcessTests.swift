@@ -1,6 +1,7 @@
 import Foundation
 import NinePProtocol
 import NinePTransport
+import TestSupport
 import XCTest
 
 /// Runs the real `9bbsd` executable (built next to the test bundle) as a child process.
@@ -45,17 +46,16 @@ final class DaemonProcessTests: XCTestCase {
 
   /// Dials until the daemon accepts (bounded), then handshakes.
   private func connect(_ dial: String, uname: String) throws -> WireClient {
-    let deadline = Date().addingTimeInterval(10)
-    while true {
-      do {
+    var result: Result<WireClient, any Error> = .failure(TestError.timeout)
+    _ = waitUntil(timeout: 10, interval: 0.02) {
+      result = Result {
         let client = try WireClient(dial)
         try client.handshake(uname: uname)
         return client
-      } catch {
-        if Date() > deadline { throw error }
-        usleep(20_000)
       }
+      return (try? result.get()) != nil
     }
+    return try result.get()
   }
 
   private func stop(_ process: Process) {

@@ -1,6 +1,7 @@
 import Foundation
 import NinePProtocol
 import NinePTransport
+import TestSupport
 import XCTest
 
 @testable import BBSServer
@@ -95,9 +96,10 @@ final class DeviceProfileTests: XCTestCase {
     for index in 0..<4 {
       try client.send(.tread(fid: Fid(10 + index), offset: 0, count: 1024), tag: Tag(100 + index))
       // Wait for the board to free the channel before the next request.
-      waitUntil {
-        self.server?.board.chat.waiterCount == index + 1 && self.server?.busyConnections == 0
-      }
+      XCTAssertTrue(
+        waitUntil(timeout: WireClient.timeout) {
+          self.server?.board.chat.waiterCount == index + 1 && self.server?.busyConnections == 0
+        })
     }
     XCTAssertEqual(
       try client.rpc(.tread(fid: 14, offset: 0, count: 1024), tag: 104), .rread(data: []))

@@ -1,6 +1,7 @@
 import Foundation
 import NinePProtocol
 import NinePTransport
+import TestSupport
 import XCTest
 
 @testable import BBSServer
@@ -184,7 +185,7 @@ final class Gen1ProfileTests: XCTestCase {
     _ = try sloppy.open("chat/lobby", fid: 1)
     _ = try sloppy.rpc(.twalk(fid: 0, newfid: 2, names: ["etc"]))
     sloppy.close()
-    waitUntil { self.server?.sessionCount == 0 }
+    XCTAssertTrue(waitUntil(timeout: WireClient.timeout) { self.server?.sessionCount == 0 })
     XCTAssertEqual(server?.fidsLeftOpen, 3, "fids 0, 1 and 2 were never clunked")
 
     let tidy = try connect("bob")
@@ -192,7 +193,7 @@ final class Gen1ProfileTests: XCTestCase {
     XCTAssertEqual(try tidy.rpc(.tclunk(fid: 1)), .rclunk)
     XCTAssertEqual(try tidy.rpc(.tclunk(fid: 0)), .rclunk)
     tidy.close()
-    waitUntil { self.server?.sessionCount == 0 }
+    XCTAssertTrue(waitUntil(timeout: WireClient.timeout) { self.server?.sessionCount == 0 })
     XCTAssertEqual(server?.fidsLeftOpen, 3, "a client that clunked everything adds nothing")
   }
 

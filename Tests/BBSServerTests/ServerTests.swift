@@ -1,6 +1,7 @@
 import Foundation
 import NinePProtocol
 import NinePTransport
+import TestSupport
 import XCTest
 
 @testable import BBSServer
@@ -150,7 +151,8 @@ final class ServerTests: XCTestCase {
     let writer = try connect("alice")
     _ = try reader.open("chat/lobby", fid: 7)
     try reader.send(.tread(fid: 7, offset: 0, count: 4096), tag: 40)
-    waitUntil { self.server?.board.chat.waiterCount == 1 }
+    XCTAssertTrue(
+      waitUntil(timeout: WireClient.timeout) { self.server?.board.chat.waiterCount == 1 })
     XCTAssertFalse(reader.hasReply(tag: 40))
     // Other requests on the same session are not blocked by the parked read.
     XCTAssertEqual(try reader.readFile("etc/version"), "9BBS v0.1.0\n")
@@ -163,7 +165,8 @@ final class ServerTests: XCTestCase {
     let client = try connect()
     _ = try client.open("chat/lobby", fid: 7)
     try client.send(.tread(fid: 7, offset: 0, count: 4096), tag: 5)
-    waitUntil { self.server?.board.chat.waiterCount == 1 }
+    XCTAssertTrue(
+      waitUntil(timeout: WireClient.timeout) { self.server?.board.chat.waiterCount == 1 })
     try client.send(.tflush(oldtag: 5), tag: 6)
     XCTAssertEqual(try client.reply(tag: 6), .rflush)
     XCTAssertEqual(try client.reply(tag: 5), .rread(data: []))
@@ -178,7 +181,8 @@ final class ServerTests: XCTestCase {
     let client = try connect()
     _ = try client.open("chat/lobby", fid: 7)
     try client.send(.tread(fid: 7, offset: 0, count: 4096), tag: 5)
-    waitUntil { self.server?.board.chat.waiterCount == 1 }
+    XCTAssertTrue(
+      waitUntil(timeout: WireClient.timeout) { self.server?.board.chat.waiterCount == 1 })
     try client.send(.tclunk(fid: 7), tag: 6)
     XCTAssertEqual(try client.reply(tag: 6), .rclunk)
     XCTAssertEqual(try client.reply(tag: 5), .rread(data: []))
@@ -190,10 +194,12 @@ final class ServerTests: XCTestCase {
     let client = try connect()
     _ = try client.open("chat/lobby", fid: 7)
     try client.send(.tread(fid: 7, offset: 0, count: 4096), tag: 5)
-    waitUntil { self.server?.board.chat.waiterCount == 1 }
+    XCTAssertTrue(
+      waitUntil(timeout: WireClient.timeout) { self.server?.board.chat.waiterCount == 1 })
     try client.send(.tread(fid: 7, offset: 0, count: 4096), tag: 6)
     XCTAssertEqual(try client.reply(tag: 5), .rread(data: []))
-    waitUntil { self.server?.board.chat.waiterCount == 1 }
+    XCTAssertTrue(
+      waitUntil(timeout: WireClient.timeout) { self.server?.board.chat.waiterCount == 1 })
     _ = try client.post("lobby:for the second")
     XCTAssertTrue(lines(try client.reply(tag: 6)).hasSuffix("for the second\n"))
   }
@@ -203,9 +209,13 @@ final class ServerTests: XCTestCase {
     let client = try connect()
     _ = try client.open("chat/lobby", fid: 7)
     try client.send(.tread(fid: 7, offset: 0, count: 4096), tag: 5)
-    waitUntil { self.server?.board.chat.waiterCount == 1 }
+    XCTAssertTrue(
+      waitUntil(timeout: WireClient.timeout) { self.server?.board.chat.waiterCount == 1 })
     client.close()
-    waitUntil { self.server?.board.chat.waiterCount == 0 && self.server?.sessionCount == 0 }
+    XCTAssertTrue(
+      waitUntil(timeout: WireClient.timeout) {
+        self.server?.board.chat.waiterCount == 0 && self.server?.sessionCount == 0
+      })
   }
 
   func testTversionDropsParkedReadsWithoutReply() throws {
@@ -213,7 +223,8 @@ final class ServerTests: XCTestCase {
     let client = try connect()
     _ = try client.open("chat/lobby", fid: 7)
     try client.send(.tread(fid: 7, offset: 0, count: 4096), tag: 5)
-    waitUntil { self.server?.board.chat.waiterCount == 1 }
+    XCTAssertTrue(
+      waitUntil(timeout: WireClient.timeout) { self.server?.board.chat.waiterCount == 1 })
     XCTAssertEqual(
       try client.rpc(.tversion(msize: 8192, version: "9P2000"), tag: NineP.noTag),
       .rversion(msize: 8192, version: "9P2000"))
@@ -229,7 +240,10 @@ final class ServerTests: XCTestCase {
       _ = try reader.open("chat/tech", fid: 7)
       try reader.send(.tread(fid: 7, offset: 0, count: 4096), tag: 9)
     }
-    waitUntil { self.server?.board.chat.waiterCount == readers.count }
+    XCTAssertTrue(
+      waitUntil(timeout: WireClient.timeout) {
+        self.server?.board.chat.waiterCount == readers.count
+      })
     let writer = try connect("writer")
     _ = try writer.post("tech:hello everyone")
     for reader in readers {

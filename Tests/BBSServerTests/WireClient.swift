@@ -162,21 +162,6 @@ enum TestError: Error {
   case unexpected(String)
 }
 
-/// Waits (bounded) for a condition that has no event to await, polling briefly.
-func waitUntil(
-  timeout: TimeInterval = WireClient.timeout, file: StaticString = #filePath, line: UInt = #line,
-  _ condition: () -> Bool
-) {
-  let deadline = Date().addingTimeInterval(timeout)
-  while !condition() {
-    if Date() > deadline {
-      XCTFail("condition not met within \(timeout) s", file: file, line: line)
-      return
-    }
-    usleep(2_000)
-  }
-}
-
 /// A fresh temporary directory, removed by the returned cleanup.
 func makeTemporaryDirectory(_ prefix: String) throws -> String {
   let path = FileManager.default.temporaryDirectory

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import TestSupport
 import XCTest
 
 @testable import LinkEmulation
@@ -223,16 +224,7 @@ final class LinkEmulatorTests: XCTestCase {
       ended.set(true)
     }
     XCTAssertEqual(ended.wait(seconds: 10), true, "the client never saw end of stream")
-    XCTAssertTrue(waitFor(seconds: 5) { rig.emulator.statistics().connectionsOpen == 0 })
-  }
-
-  private func waitFor(seconds: Double, _ condition: () -> Bool) -> Bool {
-    let deadline = Date(timeIntervalSinceNow: seconds)
-    while Date() < deadline {
-      if condition() { return true }
-      usleep(10_000)
-    }
-    return condition()
+    XCTAssertTrue(waitUntil(timeout: 5) { rig.emulator.statistics().connectionsOpen == 0 })
   }
 }
 

@@ -178,7 +178,7 @@ final class SessionTests: XCTestCase {
   }
 
   func testFlushBeforeReplyGivesFlushed() throws {
-    let (session, _) = try connect { server, tag, message in
+    let (session, peer) = try connect { server, tag, message in
       if case .tflush = message { server.reply(tag, .rflush) }
     }
     let done = expectation(description: "flushed")
@@ -186,7 +186,7 @@ final class SessionTests: XCTestCase {
       guard case .failure(.flushed) = result else { return XCTFail("\(result)") }
       done.fulfill()
     }
-    Thread.sleep(forTimeInterval: 0.05)  // let the read reach the wire
+    XCTAssertTrue(waitUntil(timeout: 5) { peer.requests.contains { $0.message.type == .tread } })
     session.cancel(handle)
     wait(for: [done], timeout: 5)
   }
@@ -201,15 +201,7 @@ final class SessionTests: XCTestCase {
       done.fulfill()
     }
     wait(for: [done], timeout: 5)
-    let flushed = expectation(description: "Tflush sent")
-    DispatchQueue.global().async {
-      for _ in 0..<100 where !peer.requests.contains(where: { $0.message.type == .tflush }) {
-        Thread.sleep(forTimeInterval: 0.01)
-      }
-      flushed.fulfill()
-    }
-    wait(for: [flushed], timeout: 5)
-    XCTAssertTrue(peer.requests.contains { $0.message.type == .tflush })
+    XCTAssertTrue(waitUntil(timeout: 5) { peer.requests.contains { $0.message.type == .tflush } })
   }
 
   func testRerrorMapsToErrno() throws {
@@ -308,15 +300,8 @@ final class SessionTests: XCTestCase {
       done.fulfill()
     }
     wait(for: [done], timeout: 5)
-    let clunked = expectation(description: "clunk")
-    DispatchQueue.global().async {
-      for _ in 0..<100 where !peer.requests.contains(where: { $0.message == .tclunk(fid: 4) }) {
-        Thread.sleep(forTimeInterval: 0.01)
-      }
-      clunked.fulfill()
-    }
-    wait(for: [clunked], timeout: 5)
-    XCTAssertTrue(peer.requests.contains { $0.message == .tclunk(fid: 4) })
+    XCTAssertTrue(
+      waitUntil(timeout: 5) { peer.requests.contains { $0.message == .tclunk(fid: 4) } })
   }
 
   func testDirectoryReadsDeduplicate() throws {
@@ -417,10 +402,10 @@ final class FlushTagReuseTests: XCTestCase {
       XCTAssertEqual(try? result.get(), Array("late".utf8))
       read.fulfill()
     }
-    _ = waitUntil(timeout: 5) { peer.requests.contains { $0.message.type == .tread } }
+    XCTAssertTrue(waitUntil(timeout: 5) { peer.requests.contains { $0.message.type == .tread } })
     session.cancel(handle)
     wait(for: [read], timeout: 5)
-    _ = waitUntil(timeout: 5) { held.count == 1 }
+    XCTAssertTrue(waitUntil(timeout: 5) { held.count == 1 })
     // Two tags: the read's (reserved until Rflush) and the flush's (in flight). A stat must
     // wait for a tag, and must not reuse the read's.
     let stat = expectation(description: "stat after Rflush")
@@ -428,6 +413,7 @@ final class FlushTagReuseTests: XCTestCase {
       XCTAssertEqual((try? result.get())?.name, "x")
       stat.fulfill()
     }
+    // An idle period is the point: the stat must not go out during it.
     Thread.sleep(forTimeInterval: 0.1)
     let readTag = peer.requests.first { $0.message.type == .tread }?.tag
     XCTAssertFalse(peer.requests.contains { $0.message.type == .tstat }, "stat sent before Rflush")
@@ -463,7 +449,8 @@ final class ParkingRotationTests: XCTestCase {
       waitUntil(timeout: 5) {
         peer.requests.contains { if case .tread(2, _, _) = $0.message { true } else { false } }
       }, "the waiting read never got the slot")
-    // No rotation without contention: the second read keeps its slot.
+    // No rotation without contention: the second read keeps its slot through an idle period
+    // three turns long.
     Thread.sleep(forTimeInterval: 0.3)
     XCTAssertEqual(peer.requests.filter { $0.message.type == .tflush }.count, 1)
   }

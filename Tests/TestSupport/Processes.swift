@@ -20,8 +20,11 @@ public enum BuiltProducts {
   }
 }
 
-/// Waits (polling) until `condition` holds or `timeout` passes. For conditions no event
-/// announces, such as a mount appearing in /proc/mounts.
+/// Waits (polling every `interval`) until `condition` holds or `timeout` passes, and says
+/// whether it held: the tests' one waiter, for conditions no event announces (a mount appearing
+/// in /proc/mounts, a server's waiter count). Callers assert on the result
+/// (`XCTAssertTrue(waitUntil(timeout: 5) { … })`); a test that waits for a reply or a callback
+/// waits on that instead, and a test whose point is an idle period sleeps, saying so.
 public func waitUntil(
   timeout: TimeInterval, interval: TimeInterval = 0.01, _ condition: () -> Bool
 ) -> Bool {

@@ -54,12 +54,25 @@ struct CallerProcess {
       seen += 1
       if seen > 256 { return false }
       // Pipes, sockets and anonymous inodes read as "pipe:[…]" and the like: not files.
-      guard let target = Self.link("/proc/\(pid)/fd/\(fd)"), target.hasPrefix("/") else {
-        continue
-      }
-      if !target.hasPrefix(prefix) { return false }
+      guard let target = Self.link("/proc/\(pid)/fd/\(fd)"), target.hasPrefix("/"),
+        !target.hasPrefix(prefix)
+      else { continue }
+      // Devices are not files tail polls; a file open only for writing (a log a script's
+      // redirection left behind) is not one it follows.
+      if ["/dev/", "/proc/", "/sys/"].contains(where: target.hasPrefix) { continue }
+      if Self.isWriteOnly(pid: pid, fd: fd) { continue }
+      return false
     }
     return true
+  }
+
+  /// Whether descriptor `fd` of `pid` was opened O_WRONLY (its fdinfo's octal `flags`).
+  private static func isWriteOnly(pid: pid_t, fd: Int) -> Bool {
+    guard let info = try? String(contentsOfFile: "/proc/\(pid)/fdinfo/\(fd)", encoding: .utf8),
+      let line = info.split(separator: "\n").first(where: { $0.hasPrefix("flags:") }),
+      let flags = Int(line.dropFirst("flags:".count).trimmingCharacters(in: .whitespaces), radix: 8)
+    else { return false }
+    return flags & Int(O_ACCMODE) == Int(O_WRONLY)
   }
 
   private static func link(_ path: String) -> String? {

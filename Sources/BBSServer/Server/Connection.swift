@@ -18,7 +18,7 @@ final class Connection: Sendable {
   private let transport: any MessageTransport
   private let raw: SocketTransport?
   private let server: BBSServer
-  private let session: Session
+  private let session: ServerSession
   private let logger: Logger
   private let sendFrames: @Sendable ([[UInt8]]) -> Void
   private let receive = Mutex(Receive.waitSize)
@@ -42,7 +42,7 @@ final class Connection: Sendable {
         }
       }
     }
-    session = Session(
+    session = ServerSession(
       id: id, tree: server.tree, configuration: server.configuration, logger: server.logger,
       wakeQueue: server.wakeQueue, send: sendFrames)
   }
@@ -182,7 +182,7 @@ final class Connection: Sendable {
   private func process(_ frame: [UInt8], completion: @escaping @Sendable () -> Void) {
     let delay = server.configuration.processingDelay
     server.worker.async { [self] in
-      if delay > .zero { Thread.sleep(forTimeInterval: delay.seconds) }
+      if delay > .zero { Thread.sleep(forTimeInterval: delay.timeInterval) }
       let replies = closed.withLock({ $0 }) ? [] : session.process(frame)
       receive.withLock { $0 = .waitSize }
       send(replies)
@@ -200,13 +200,5 @@ final class Connection: Sendable {
     let tag = UInt16(frame[5]) | UInt16(frame[6]) << 8
     let type = MessageType(rawValue: frame[4]).map { "\($0)" } ?? "type \(frame[4])"
     return "tag \(tag) \(type)"
-  }
-}
-
-extension Duration {
-  /// The duration in seconds, as a floating-point number.
-  var seconds: Double {
-    let (whole, fraction) = components
-    return Double(whole) + Double(fraction) / 1e18
   }
 }

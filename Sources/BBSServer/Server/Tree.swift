@@ -209,7 +209,7 @@ final class Tree: Sendable {
 
   // MARK: Reading and writing
 
-  /// Reads a node that is not a chat room (those park; see Session).
+  /// Reads a node that is not a chat room (those park; see ServerSession).
   func read(_ node: Node, offset: UInt64, count: Int, user: String, fd: Int32?)
     throws(NinePFailure) -> [UInt8]
   {

@@ -10,7 +10,7 @@ import Synchronization
 /// Replies to parked reads are sent later through `send`, from the thread that ran the wake.
 /// All state sits behind one lock held for a whole request, so a wake-up (or a Tflush) sees a
 /// parked read either fully registered or not at all.
-final class Session: Sendable {
+final class ServerSession: Sendable {
   private struct FidState {
     var node: Node
     var uname: String
