@@ -72,7 +72,7 @@ let package = Package(
     .target(
       name: "BBSMount",
       dependencies: [
-        "FuseKit", "NinePProtocol", "NinePClient",
+        "FuseKit", "NinePProtocol", "NinePTransport", "NinePClient",
         .product(name: "Logging", package: "swift-log"),
       ]),
 
