@@ -106,3 +106,29 @@ final class ReplayFilterTests: XCTestCase {
       "[00:00:03] alice: w1 78\n")
   }
 }
+
+final class EchoFilterTests: XCTestCase {
+  /// A Gen-1 board sends its ring again when someone new posts: exact copies go, a line with
+  /// the same text at another time stays, and a line seen in the replay is not shown twice.
+  func testDropsExactCopiesOnly() {
+    var filter = EchoFilter(
+      lines: ["[00:00:01] alice: hi\n", "[00:00:02] bob: yo\n"].map {
+        Array($0.utf8)[...]
+      })
+    let replay =
+      "[00:00:01] alice: hi\n[00:00:02] bob: yo\n[00:00:09] alice: hi\n[00:00:10] eve: new"
+    XCTAssertEqual(
+      String(decoding: filter.filter(Array(replay.utf8)), as: UTF8.self),
+      "[00:00:09] alice: hi\n[00:00:10] eve: new")
+    XCTAssertEqual(filter.filter(Array("[00:00:10] eve: new\n".utf8)), [])
+  }
+
+  /// It remembers a bounded window: very old lines may come again.
+  func testForgetsBeyondItsWindow() {
+    var filter = EchoFilter(lines: [])
+    let lines = (0..<(EchoFilter.window * 2 + 1)).map { "[00:00:00] a: \($0)\n" }
+    _ = filter.filter(Array(lines.joined().utf8))
+    XCTAssertEqual(filter.filter(Array(lines[0].utf8)), Array(lines[0].utf8))
+    XCTAssertEqual(filter.filter(Array(lines.last!.utf8)), [])
+  }
+}

@@ -13,23 +13,16 @@ struct EchoFilter {
   }
 
   mutating func filter(_ data: [UInt8]) -> [UInt8] {
-    var kept: [UInt8] = []
-    var start = data.startIndex
-    while start < data.endIndex {
-      let end = data[start...].firstIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? data.endIndex
-      let line = data[start..<end]
+    keptLines(of: data) { line in
       let key = Array(line.last == UInt8(ascii: "\n") ? line.dropLast() : line)
-      if known.insert(key).inserted {
-        kept += line
-        order.append(key)
-        if order.count > Self.window * 2 {
-          for old in order.prefix(order.count - Self.window) { known.remove(old) }
-          order.removeFirst(order.count - Self.window)
-        }
+      guard known.insert(key).inserted else { return false }
+      order.append(key)
+      if order.count > Self.window * 2 {
+        for old in order.prefix(order.count - Self.window) { known.remove(old) }
+        order.removeFirst(order.count - Self.window)
       }
-      start = end
+      return true
     }
-    return kept
   }
 }
 
@@ -55,15 +48,7 @@ struct ReplayFilter {
   var isExpired: Bool { ContinuousClock.now >= until }
 
   mutating func filter(_ data: [UInt8]) -> [UInt8] {
-    var kept: [UInt8] = []
-    var start = data.startIndex
-    while start < data.endIndex {
-      let end = data[start...].firstIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? data.endIndex
-      let line = data[start..<end]
-      if known.insert(Self.body(of: line)).inserted { kept += line }
-      start = end
-    }
-    return kept
+    keptLines(of: data) { known.insert(Self.body(of: $0)).inserted }
   }
 
   /// The line without a leading `[…] ` stamp and without its newline.
@@ -77,4 +62,16 @@ struct ReplayFilter {
     }
     return Array(line)
   }
+}
+
+/// The lines of `data` (each with its newline; the last may have none) that `keep` accepts.
+private func keptLines(of data: [UInt8], _ keep: (ArraySlice<UInt8>) -> Bool) -> [UInt8] {
+  var kept: [UInt8] = []
+  var start = data.startIndex
+  while start < data.endIndex {
+    let end = data[start...].firstIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? data.endIndex
+    if keep(data[start..<end]) { kept += data[start..<end] }
+    start = end
+  }
+  return kept
 }
