@@ -1,3 +1,4 @@
+import Dispatch
 import NinePProtocol
 
 /// What Topen or Tcreate returned.
@@ -49,6 +50,25 @@ extension Session {
       releaseFid(fid)
       completion(result.map { _ in () })
     }
+  }
+
+  /// Clunks every fid the server still holds for this session, the attach fid last, waiting at
+  /// most `timeout` in all, then closes the session. A board that does not clunk on disconnect
+  /// (Gen-1 keeps each fid's node in its small heap) would otherwise keep them for ever.
+  public func retire(within timeout: Duration, reason: String) {
+    let deadline = DispatchTime.now() + timeout.timeInterval
+    let fids = openFids.filter { $0 != rootFid }
+    let group = DispatchGroup()
+    for fid in fids {
+      group.enter()
+      clunk(fid) { _ in group.leave() }
+    }
+    if group.wait(timeout: deadline) == .success {
+      group.enter()
+      send(.tclunk(fid: rootFid)) { _ in group.leave() }
+      _ = group.wait(timeout: deadline)
+    }
+    close(reason: reason)
   }
 
   /// Removes the file `fid` refers to. A failed Tremove leaves the fid alive on 9p4z, so it is

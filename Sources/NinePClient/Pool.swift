@@ -101,8 +101,9 @@ public final class Pool: @unchecked Sendable {
     startKeepalive()
   }
 
-  /// Closes every session and stops reconnecting.
-  public func close() {
+  /// Closes every session and stops reconnecting. With `tidy`, each session first clunks the
+  /// fids it holds (all sessions at once, at most that long).
+  public func close(tidyingWithin tidy: Duration? = nil) {
     lock.lock()
     link = .closed
     let all = (primarySession.map { [$0] } ?? []) + streamSessions
@@ -112,7 +113,13 @@ public final class Pool: @unchecked Sendable {
     upWaiters.removeAll()
     streamWaiters.removeAll()
     lock.unlock()
-    for session in all { session.close(reason: "unmounting") }
+    if let tidy {
+      DispatchQueue.concurrentPerform(iterations: all.count) {
+        all[$0].retire(within: tidy, reason: "unmounting")
+      }
+    } else {
+      for session in all { session.close(reason: "unmounting") }
+    }
     for waiter in waiters { waiter(.failure(.sessionClosed(reason: "unmounting"))) }
     notify(.closed)
   }

@@ -319,6 +319,13 @@ public final class Session: @unchecked Sendable {
     return fid
   }
 
+  /// The fids the server knows for this session (the attach fid included).
+  public var openFids: [Fid] {
+    condition.lock()
+    defer { condition.unlock() }
+    return state.usedFids.sorted()
+  }
+
   /// Returns a fid to the pool once the server no longer knows it.
   public func releaseFid(_ fid: Fid) {
     guard fid != rootFid else { return }

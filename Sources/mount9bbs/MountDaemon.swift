@@ -63,7 +63,8 @@ struct MountDaemon {
       profile: profile, uname: options.uname, aname: options.aname, requestedMsize: options.msize,
       requestTimeout: options.timeout)
     let pool = try connect([target] + (address == nil ? [] : fallbacks), configuration, logger)
-    defer { pool.close() }
+    // Fids go back to the server: a board that does not clunk on disconnect would keep them.
+    defer { pool.close(tidyingWithin: .seconds(1)) }
     let primary = pool.primary
     logger.info(
       "connected to \(pool.address) (\(profile) profile, msize \(primary.msize), uname \(options.uname))"

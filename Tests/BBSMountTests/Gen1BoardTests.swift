@@ -113,6 +113,24 @@ final class Gen1BoardTests: XCTestCase {
     rig.assertNoViolations()
   }
 
+  /// A Gen-1 board does not clunk fids when a client goes (each holds a node in its small
+  /// heap): the mount gives every fid back itself when it is unmounted.
+  func testUnmountingGivesEveryFidBack() throws {
+    let rig = try MountRig.start(.gen1TCP, for: self)
+    try sh("echo 'browse me' > \(rig.path("chat/post"))")
+    try sh(
+      "ls \(rig.path("chat")) \(rig.path("etc")) \(rig.path("rooms")) \(rig.path("rooms/lobby"))"
+        + " && cat \(rig.path("etc/motd")) && head -n 1 \(rig.path("chat/lobby"))")
+    rig.mount.stop()
+    let log = { rig.server.log }
+    XCTAssertTrue(
+      waitUntil(timeout: 10) {
+        log().components(separatedBy: "disconnected").count - 1
+          == log().components(separatedBy: " connected").count - 1
+      }, log())
+    XCTAssertFalse(log().contains("left open"), log())
+  }
+
   /// A burst after a quiet spell loses nothing: an idle room is still polled often enough to
   /// catch up before the 49-line ring drops what the burst pushed through it.
   func testBurstAfterIdleLosesNothing() throws {

@@ -94,12 +94,7 @@ final class ScriptedTree: @unchecked Sendable {
   func waitUntil(
     timeout: TimeInterval = 5, _ condition: (ScriptedTree) -> Bool
   ) -> Bool {
-    let deadline = Date(timeIntervalSinceNow: timeout)
-    while Date() < deadline {
-      if recorded(condition) { return true }
-      usleep(2000)
-    }
-    return recorded(condition)
+    TestSupport.waitUntil(timeout: timeout, interval: 0.002) { recorded(condition) }
   }
 }
 
