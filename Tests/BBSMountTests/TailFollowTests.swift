@@ -30,6 +30,13 @@ final class TailFollowTests: XCTestCase {
     XCTAssertNotNil(inherited.waitForOutput("line 3", timeout: prompt), inherited.text)
     try post(rig, "inherited")
     XCTAssertNotNil(inherited.waitForOutput("inherited", timeout: prompt), inherited.text)
+    // tail -n 0 -f reads nothing before it follows (it only seeks to the end).
+    let fromNow = try follow(rig, ["chat/lobby"], flags: ["-n", "0", "-f"])
+    XCTAssertTrue(
+      waitUntil(timeout: prompt) { waitChannel(fromNow.pid) == "request_wait_answer" },
+      "tail -n 0 -f was not held")
+    try post(rig, "from now on")
+    XCTAssertNotNil(fromNow.waitForOutput("from now on", timeout: prompt), fromNow.text)
     // tail -F (by name) too.
     let byName = try follow(rig, ["chat/lobby"], flags: ["-F"])
     XCTAssertNotNil(byName.waitForOutput("line 3", timeout: prompt), byName.text)

@@ -153,6 +153,9 @@ final class RoomHandle: OpenHandle, @unchecked Sendable {
     lock.lock()
     reportedSize = size
     seekedToEnd = seeking
+    // lseek(SEEK_END) puts the reader at that size: `tail -n 0 -f` reads nothing before it
+    // follows.
+    if seeking { readOffset = max(readOffset, size) }
     lock.unlock()
   }
 
