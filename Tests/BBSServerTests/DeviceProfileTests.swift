@@ -7,20 +7,8 @@ import XCTest
 @testable import BBSServer
 
 /// `--profile device` over seqpacket: a real board's limits, quirks and wire discipline.
-final class DeviceProfileTests: XCTestCase {
-  private var server: BBSServer?
-  private var clients: [WireClient] = []
-  private var directory = ""
+final class DeviceProfileTests: ServerTestCase {
   private var address = ""
-
-  override func tearDown() {
-    for client in clients { client.close() }
-    clients.removeAll()
-    server?.stop()
-    server = nil
-    if !directory.isEmpty { try? FileManager.default.removeItem(atPath: directory) }
-    super.tearDown()
-  }
 
   private func startServer(processingDelay: Duration = .zero) throws {
     directory = try makeTemporaryDirectory("9bbs-dev")

@@ -7,20 +7,8 @@ import XCTest
 @testable import BBSServer
 
 /// `--profile gen1` over TCP: the Gen-1 board (9p4z's 9BBS at 9aa8a00) and its quirks.
-final class Gen1ProfileTests: XCTestCase {
-  private var server: BBSServer?
-  private var clients: [WireClient] = []
-  private var directory = ""
+final class Gen1ProfileTests: ServerTestCase {
   private var address = ""
-
-  override func tearDown() {
-    for client in clients { client.close() }
-    clients.removeAll()
-    server?.stop()
-    server = nil
-    if !directory.isEmpty { try? FileManager.default.removeItem(atPath: directory) }
-    super.tearDown()
-  }
 
   private func startServer(_ configure: (inout BBSServerConfiguration) -> Void = { _ in }) throws {
     var configuration = BBSServerConfiguration(

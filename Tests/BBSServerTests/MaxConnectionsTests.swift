@@ -6,19 +6,7 @@ import XCTest
 @testable import BBSServer
 
 /// `--max-connections N`: later clients wait in the listen backlog until one leaves.
-final class MaxConnectionsTests: XCTestCase {
-  private var server: BBSServer?
-  private var clients: [WireClient] = []
-  private var directory = ""
-
-  override func tearDown() {
-    for client in clients { client.close() }
-    clients.removeAll()
-    server?.stop()
-    server = nil
-    if !directory.isEmpty { try? FileManager.default.removeItem(atPath: directory) }
-    super.tearDown()
-  }
+final class MaxConnectionsTests: ServerTestCase {
 
   /// With one connection allowed, a second client's Tversion is answered only once the first
   /// client has gone.

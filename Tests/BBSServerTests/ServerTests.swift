@@ -7,18 +7,8 @@ import XCTest
 @testable import BBSServer
 
 /// The default ("multiplex") profile over real TCP sockets.
-final class ServerTests: XCTestCase {
-  private var server: BBSServer?
-  private var clients: [WireClient] = []
+final class ServerTests: ServerTestCase {
   private var address = ""
-
-  override func tearDown() {
-    for client in clients { client.close() }
-    clients.removeAll()
-    server?.stop()
-    server = nil
-    super.tearDown()
-  }
 
   private func startServer(_ configure: (inout BBSServerConfiguration) -> Void = { _ in }) throws {
     var configuration = BBSServerConfiguration(
