@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import NinePProtocol
 
 /// What Topen or Tcreate returned.
@@ -56,17 +57,30 @@ extension Session {
   /// most `timeout` in all, then closes the session. A board that does not clunk on disconnect
   /// (Gen-1 keeps each fid's node in its small heap) would otherwise keep them for ever.
   public func retire(within timeout: Duration, reason: String) {
-    let deadline = DispatchTime.now() + timeout.timeInterval
-    let fids = openFids.filter { $0 != rootFid }
-    let group = DispatchGroup()
-    for fid in fids {
-      group.enter()
-      clunk(fid) { _ in group.leave() }
+    let deadline = ContinuousClock.now + timeout
+    // Requests on the wire first: a walk still out creates its fid when it is answered.
+    let settled = ContinuousClock.now + timeout / 2
+    while ContinuousClock.now < settled {
+      let now = statistics
+      if now.requestsInFlight == 0 && now.requestsQueued == 0 { break }
+      Thread.sleep(forTimeInterval: 0.002)
     }
-    if group.wait(timeout: deadline) == .success {
-      group.enter()
-      send(.tclunk(fid: rootFid)) { _ in group.leave() }
-      _ = group.wait(timeout: deadline)
+    // Rounds, since an answer to something still out can open one more fid.
+    for _ in 0..<3 {
+      let fids = openFids.filter { $0 != rootFid }
+      guard !fids.isEmpty, ContinuousClock.now < deadline else { break }
+      let group = DispatchGroup()
+      for fid in fids {
+        group.enter()
+        clunk(fid) { _ in group.leave() }
+      }
+      _ = group.wait(timeout: .now() + ContinuousClock.now.duration(to: deadline).timeInterval)
+    }
+    if ContinuousClock.now < deadline {
+      let root = DispatchGroup()
+      root.enter()
+      send(.tclunk(fid: rootFid)) { _ in root.leave() }
+      _ = root.wait(timeout: .now() + ContinuousClock.now.duration(to: deadline).timeInterval)
     }
     close(reason: reason)
   }

@@ -117,6 +117,11 @@ public final class Pool: @unchecked Sendable {
       DispatchQueue.concurrentPerform(iterations: all.count) {
         all[$0].retire(within: tidy, reason: "unmounting")
       }
+      // A stream session still being dialled retires itself when it is up: wait for that.
+      let until = ContinuousClock.now + tidy
+      while lock.withLock({ dialingStream }) && ContinuousClock.now < until {
+        Thread.sleep(forTimeInterval: 0.005)
+      }
     } else {
       for session in all { session.close(reason: "unmounting") }
     }
@@ -315,13 +320,13 @@ public final class Pool: @unchecked Sendable {
     let result = Result { () throws(NinePError) -> Session in try dialSession(handshake: handshake)
     }
     lock.lock()
-    dialingStream = false
     let callers = Array(streamWaiters.values)
     streamWaiters.removeAll()
+    var late: Session?
     switch result {
     case .success(let session):
       if case .closed = link {
-        session.close(reason: "pool closed")
+        late = session
       } else {
         streamSessions.append(session)
       }
@@ -331,7 +336,13 @@ public final class Pool: @unchecked Sendable {
       logger.warning(
         "could not open another session to \(address) (\(error)); room feeds share the open ones")
     }
+    if late == nil { dialingStream = false }
     lock.unlock()
+    if let late {
+      // Dialled while the pool closed: give its attach fid back too, then let close() go on.
+      late.retire(within: .seconds(1), reason: "pool closed")
+      lock.withLock { dialingStream = false }
+    }
     // Placed again: one new session may not hold them all, and a second dial then starts.
     for caller in callers { session(for: .stream, completion: caller) }
   }

@@ -129,6 +129,10 @@ struct MountDaemon {
     } catch {
       logger.error("\(error)")
     }
+    // Stopping is under way and bounded (feeds, then clunking every fid for at most 1 s): a
+    // second SIGTERM or Ctrl-C (systemd, `kill` after `umount`) must not cut it short and leave
+    // a board holding our fids.
+    for stop in [SIGINT, SIGTERM, SIGHUP] { signal(stop, SIG_IGN) }
     fileSystem.shutdown()
     logger.info("unmounted \(mountpoint)")
   }
