@@ -39,6 +39,8 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   let remote: Remote
   let tree: Tree
   let handles = HandleTable()
+  /// The follow-loop `fstat`s held for GNU tail (see RoomFollowing.swift).
+  let heldFstats = HeldFstats()
   let feeds: RoomFeeds
   let nodes: NodeAttributes
   let posts: PostChannel

@@ -132,3 +132,20 @@ final class EchoFilterTests: XCTestCase {
     XCTAssertEqual(filter.filter(Array(lines.last!.utf8)), [])
   }
 }
+
+final class HeldFstatsTests: XCTestCase {
+  /// A hold not answered by its deadline is woken by the shared sweep; one answered (forgotten)
+  /// first is not, and nothing of it is kept.
+  func testExpiresOnlyWhatIsStillHeld() {
+    let held = HeldFstats()
+    let expired = expectation(description: "the unanswered hold expires")
+    let answered = held.reserve()
+    held.arm(answered, after: .milliseconds(10)) { XCTFail("an answered hold was woken") }
+    held.forget(answered)
+    let waiting = held.reserve()
+    held.arm(waiting, after: .milliseconds(10)) { expired.fulfill() }
+    XCTAssertEqual(held.count, 1)
+    wait(for: [expired], timeout: 5)
+    XCTAssertEqual(held.count, 0)
+  }
+}

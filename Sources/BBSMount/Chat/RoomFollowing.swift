@@ -123,12 +123,19 @@ extension BBSFileSystem {
     until followed: [RoomHandle]
   ) {
     let waits = FollowWaits()
+    let held = heldFstats
+    let holdID = held.reserve()
     let pending = PendingReply(
-      request, onCancel: { _ in waits.cancelAll() },
+      request,
+      onCancel: { _ in
+        held.forget(holdID)
+        waits.cancelAll()
+      },
       answerInterrupt: { [self] interrupted in answer(interrupted, node, updating: here) })
-    guard !pending.isAnswered else { return }
+    guard !pending.isAnswered else { return held.forget(holdID) }
     let wake: @Sendable () -> Void = { [self] in
       guard let request = pending.take() else { return }
+      held.forget(holdID)
       waits.cancelAll()
       answer(request, node, updating: here)
     }
@@ -142,8 +149,73 @@ extension BBSFileSystem {
       waits.add(feed, id)
       if pending.isAnswered { return waits.cancelAll() }
     }
-    DispatchQueue.global().asyncAfter(
-      deadline: .now() + RoomFollowing.longestWait.timeInterval, execute: wake)
+    held.arm(holdID, after: RoomFollowing.longestWait, wake)
+    // Answered meanwhile (growth, an interrupt): nothing to expire.
+    if pending.isAnswered { held.forget(holdID) }
+  }
+}
+
+/// Held follow-loop getattrs, answered at the latest after a wait limit by one shared sweep
+/// (a timer each would keep every answered hold alive for the whole wait: 50 tails of a busy
+/// room make thousands a minute).
+final class HeldFstats: @unchecked Sendable {
+  private let lock = NSLock()
+  private var nextID: UInt64 = 0
+  private var wakes: [UInt64: @Sendable () -> Void] = [:]
+  /// Deadlines in the order they were armed (every hold waits as long, so they are sorted).
+  private var deadlines: [(at: ContinuousClock.Instant, id: UInt64)] = []
+  private var head = 0
+  private var sweeping = false
+
+  /// A new hold's id.
+  func reserve() -> UInt64 {
+    lock.withLock {
+      nextID += 1
+      return nextID
+    }
+  }
+
+  /// Calls `wake` after `limit` unless the hold is forgotten first.
+  func arm(_ id: UInt64, after limit: Duration, _ wake: @escaping @Sendable () -> Void) {
+    let start = lock.withLock { () -> Bool in
+      wakes[id] = wake
+      deadlines.append((ContinuousClock.now + limit, id))
+      defer { sweeping = true }
+      return !sweeping
+    }
+    if start { scheduleSweep() }
+  }
+
+  /// The hold was answered: drop its wake.
+  func forget(_ id: UInt64) {
+    lock.withLock { _ = wakes.removeValue(forKey: id) }
+  }
+
+  /// Holds still waiting (for tests and status).
+  var count: Int { lock.withLock { wakes.count } }
+
+  private func scheduleSweep() {
+    DispatchQueue.global().asyncAfter(deadline: .now() + 1) { [weak self] in self?.sweep() }
+  }
+
+  private func sweep() {
+    let now = ContinuousClock.now
+    let (due, more) = lock.withLock { () -> ([@Sendable () -> Void], Bool) in
+      var due: [@Sendable () -> Void] = []
+      while head < deadlines.count, deadlines[head].at <= now {
+        if let wake = wakes.removeValue(forKey: deadlines[head].id) { due.append(wake) }
+        head += 1
+      }
+      if head > 1024 && head * 2 > deadlines.count {
+        deadlines.removeFirst(head)
+        head = 0
+      }
+      // Entries of answered holds go as their deadlines pass; stop once none is left.
+      sweeping = head < deadlines.count
+      return (due, sweeping)
+    }
+    for wake in due { wake() }
+    if more { scheduleSweep() }
   }
 }
 
