@@ -1,8 +1,14 @@
+/// Drops some lines of what a room feed received.
+protocol LineFilter {
+  /// `data` without the lines this filter drops (it remembers what it let through).
+  mutating func filter(_ data: [UInt8]) -> [UInt8]
+}
+
 /// Drops exact copies of recent lines (stamp, author and text alike): what a board that keys
 /// every reader's place by its last writer sends again when someone new posts (facts §1.3).
 /// A line genuinely repeated by the same author in the same second is dropped too; that is
 /// the price on such a board, and the filter is only armed there.
-struct EchoFilter {
+struct EchoFilter: LineFilter {
   static let window = 512
   private var known: Set<[UInt8]>
   private var order: [[UInt8]]
@@ -34,7 +40,7 @@ struct EchoFilter {
 /// before the outage but reached us only in the replayed backlog may arrive a second time when
 /// the outbox, never having seen its reply, sends it again. A genuinely repeated line by the
 /// same author inside that window is dropped too, the price of never showing a line twice.
-struct ReplayFilter {
+struct ReplayFilter: LineFilter {
   static let window = 2000
   static let lifetime: Duration = .seconds(15)
   private var known: Set<[UInt8]>

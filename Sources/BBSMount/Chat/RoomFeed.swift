@@ -165,36 +165,47 @@ final class RoomFeed: @unchecked Sendable {
       lock.unlock()
       return
     }
-    generation += 1
-    let reading = inFlight
-    let opened = active
-    let placed = placedOn
-    inFlight = nil
-    active = nil
-    placedOn = nil
+    let stopped = stopLocked()
     lock.unlock()
-    if let reading { reading.session.cancel(reading.handle) }
-    if let opened { opened.session.clunk(opened.fid) }
-    placed?.releaseStream()
+    stopped.finish()
   }
 
   /// Stops for good (unmount): wakes every waiter so replies go out.
   func shutdown() {
     lock.lock()
     users = 0
-    generation += 1
+    let stopped = stopLocked()
     let all = waiters.values
     waiters.removeAll()
-    let reading = inFlight
-    let placed = placedOn
-    inFlight = nil
-    active = nil
-    placedOn = nil
     lock.unlock()
-    if let reading { reading.session.cancel(reading.handle) }
-    placed?.releaseStream()
+    stopped.finish()
     for waiter in all { waiter.callback() }
     history?.flush()
+  }
+
+  /// The server-side read being stopped: what to cancel, clunk and give back.
+  private struct StoppedRead {
+    var reading: (session: Session, handle: RequestHandle)?
+    var opened: (session: Session, fid: Fid)?
+    var placed: Session?
+
+    /// Done outside the lock: the read is flushed, its fid clunked, its slot given back.
+    func finish() {
+      if let reading { reading.session.cancel(reading.handle) }
+      if let opened { opened.session.clunk(opened.fid) }
+      placed?.releaseStream()
+    }
+  }
+
+  /// Moves to a new generation, so replies still on their way start nothing. Lock held.
+  private func stopLocked() -> StoppedRead {
+    generation += 1
+    defer {
+      inFlight = nil
+      active = nil
+      placedOn = nil
+    }
+    return StoppedRead(reading: inFlight, opened: active, placed: placedOn)
   }
 
   // MARK: The server-side read loop
@@ -304,27 +315,9 @@ final class RoomFeed: @unchecked Sendable {
       echoes = EchoFilter(lines: transcript.lastLines(EchoFilter.window))
       logger.debug("room feed \(room): the server answers caught-up reads at once; polling")
     }
-    if var filter = echoes {
-      let kept = filter.filter(data)
-      echoes = filter
-      if kept.count != data.count {
-        logger.info(
-          "room feed \(room): dropped \(data.count - kept.count) bytes the board sent again")
-      }
-      data = kept
-    }
-    if var filter = dedupe {
-      if filter.isExpired {
-        dedupe = nil
-      } else {
-        let kept = filter.filter(data)
-        dedupe = filter
-        if kept.count != data.count {
-          logger.info("room feed \(room): dropped \(data.count - kept.count) replayed bytes")
-        }
-        data = kept
-      }
-    }
+    if dedupe?.isExpired == true { dedupe = nil }
+    data = drop(data, through: &echoes, "bytes the board sent again")
+    data = drop(data, through: &dedupe, "replayed bytes")
     transcript.append(data)
     let length = transcript.length
     var ready: [@Sendable () -> Void] = []
@@ -360,6 +353,17 @@ final class RoomFeed: @unchecked Sendable {
     growth?()
     // After the readers: one read is in flight per feed, so appends keep their order.
     history?.append(data)
+  }
+
+  /// `data` less what `filter` (if any) drops, logged as `what`.
+  private func drop<Filter: LineFilter>(
+    _ data: [UInt8], through filter: inout Filter?, _ what: String
+  ) -> [UInt8] {
+    guard let kept = filter?.filter(data) else { return data }
+    if kept.count != data.count {
+      logger.info("room feed \(room): dropped \(data.count - kept.count) \(what)")
+    }
+    return kept
   }
 
   private func failed(_ error: NinePError, generation: UInt64) {
