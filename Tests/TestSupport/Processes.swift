@@ -94,10 +94,13 @@ public final class ChildProcess: @unchecked Sendable {
 
   public var isRunning: Bool { process.isRunning }
 
-  /// Waits for exit; false on timeout.
+  /// Waits for exit, then (at most a second: a grandchild may hold the pipe) for the output
+  /// to be read to its end, so `text` has everything; false if it did not exit in time.
   @discardableResult
   public func wait(timeout: TimeInterval) -> Bool {
-    waitUntil(timeout: timeout) { !process.isRunning }
+    guard waitUntil(timeout: timeout, { !process.isRunning }) else { return false }
+    _ = waitUntil(timeout: 1) { outputEnded }
+    return true
   }
 
   public func signal(_ signal: Int32) {
@@ -127,8 +130,6 @@ public func shell(_ command: String, timeout: TimeInterval = 30) throws -> (
     child.wait(timeout: 5)
     throw HarnessError("command timed out after \(timeout) s: \(command)\noutput: \(child.text)")
   }
-  // Let the pipe drain (bounded: a background grandchild may hold it open).
-  _ = waitUntil(timeout: 1) { child.outputEnded }
   return (child.process.terminationStatus, child.text)
 }
 
