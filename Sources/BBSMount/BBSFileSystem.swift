@@ -124,6 +124,8 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     connection.want.insert(.atomicOTrunc)
     connection.want.insert(.asyncRead)
     connection.want.remove(.writebackCache)
+    // Kept pages (keep_cache) are dropped when a refreshed size or mtime differs.
+    connection.want.insert(.autoInvalidateData)
     connection.maxBackground = 64
   }
 
@@ -442,7 +444,8 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   }
 
   public func fsync(_ request: FuseRequest, inode: FuseInode, dataOnly: Bool, file: FuseFileInfo) {
-    request.replyError(0)
+    guard let handle = handles[file.handle] else { return reply(request, 0) }
+    handle.fsync(request)
   }
 
   public func poll(

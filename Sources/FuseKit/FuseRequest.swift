@@ -142,6 +142,31 @@ public struct FuseRequest: @unchecked Sendable, Hashable {
     }
   }
 
+  /// Answers read with the concatenation of `pieces`, handed to the kernel as one gathered
+  /// write (no copy into one buffer first).
+  @discardableResult
+  public func replyData(pieces: [[UInt8]]) -> Bool {
+    if pieces.count == 1 { return replyData(pieces[0]) }
+    let total = pieces.reduce(0) { $0 + $1.count }
+    return core.reply(self, "data \(total) bytes in \(pieces.count) pieces") { raw in
+      withPinned(pieces[...], into: []) { vectors in
+        fuse_reply_iov(raw, vectors, Int32(vectors.count))
+      }
+    }
+  }
+
+  /// Pins every piece's storage for the duration of `body`, which gets their `iovec`s.
+  private func withPinned(
+    _ pieces: ArraySlice<[UInt8]>, into vectors: [iovec], _ body: ([iovec]) -> Int32
+  ) -> Int32 {
+    guard let first = pieces.first else { return body(vectors) }
+    return first.withUnsafeBytes { buffer in
+      let vector = iovec(
+        iov_base: UnsafeMutableRawPointer(mutating: buffer.baseAddress), iov_len: buffer.count)
+      return withPinned(pieces.dropFirst(), into: vectors + [vector], body)
+    }
+  }
+
   /// Answers write with the number of bytes written.
   @discardableResult
   public func replyWrite(_ count: Int) -> Bool {

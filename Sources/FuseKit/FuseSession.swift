@@ -40,6 +40,10 @@ public struct FuseMountOptions: Sendable {
   public var readOnly = false
   /// Largest read request in bytes (`-o max_read=`, also forced at init).
   public var maxRead: UInt32?
+  /// Readahead of the mount's page cache in KiB, set on the connection's backing device
+  /// (`/sys/class/bdi/MAJ:MIN/read_ahead_kb`) once the kernel has taken the init reply, which
+  /// caps it at the kernel's 128 KiB. Needs root; nil leaves the kernel's value.
+  public var readaheadKiB: Int?
   /// Allow mounting over a directory that has entries.
   public var allowNonEmptyMountpoint = false
   /// More `-o` options passed to libfuse as they are (`"noatime"`, `"max_read=…"`).
@@ -212,7 +216,11 @@ public final class FuseSession: Sendable {
       throw .mountFailed(mountpoint)
     }
     core.attach(raw)
-    mountID.withLock { $0 = Self.mountEntry(at: Self.absolutePath(mountpoint))?.id }
+    let entry = Self.mountEntry(at: Self.absolutePath(mountpoint))
+    mountID.withLock { $0 = entry?.id }
+    if let kib = options.readaheadKiB, let device = entry?.device {
+      core.setReadahead(kib, device: device)
+    }
     state.withLock { $0 = .mounted(se) }
     logger.info("mounted on \(mountpoint)", metadata: ["options": "\(optionList)"])
   }

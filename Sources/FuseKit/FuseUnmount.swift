@@ -48,18 +48,18 @@ extension FuseSession {
   static func mountType(at path: String) -> String? { mountEntry(at: path)?.type }
 
   /// The mount id and file system type of the topmost mount at `path` (absolute).
-  static func mountEntry(at path: String) -> (id: Int, type: String)? {
+  static func mountEntry(at path: String) -> (id: Int, type: String, device: String)? {
     guard let table = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else {
       return nil
     }
-    var found: (id: Int, type: String)?
+    var found: (id: Int, type: String, device: String)?
     for line in table.split(separator: "\n") {
       // id parent major:minor root mountpoint options [optional…] - type source superoptions
       let fields = line.split(separator: " ")
       guard fields.count >= 7, let dash = fields.firstIndex(of: "-"), dash + 1 < fields.count
       else { continue }
       if unescapeMountField(fields[4]) == path, let id = Int(fields[0]) {
-        found = (id, String(fields[dash + 1]))
+        found = (id, String(fields[dash + 1]), String(fields[2]))
       }
     }
     return found

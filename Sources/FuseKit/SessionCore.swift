@@ -87,11 +87,45 @@ final class SessionCore: @unchecked Sendable {
     return body(session)
   }
 
+  // MARK: Readahead
+
+  /// The readahead to set on the backing device once the kernel has processed the init reply
+  /// (which caps it); written by the first request after init.
+  private let readahead = Mutex<(kib: Int, device: String)?>(nil)
+  private let readaheadPending = Atomic<Bool>(false)
+
+  func setReadahead(_ kib: Int, device: String) {
+    readahead.withLock { $0 = (kib, device) }
+    readaheadPending.store(true, ordering: .releasing)
+  }
+
+  /// Writes the readahead to sysfs. The kernel sends no request before it has applied the init
+  /// reply, so any request's arrival means the cap is behind us.
+  private func applyReadahead() {
+    guard readaheadPending.exchange(false, ordering: .acquiring),
+      let (kib, device) = readahead.withLock({ $0 })
+    else { return }
+    let path = "/sys/class/bdi/\(device)/read_ahead_kb"
+    let fd = Glibc.open(path, O_WRONLY | O_CLOEXEC)
+    guard fd >= 0 else {
+      return logger.notice(
+        "readahead stays at the kernel's: cannot open \(path) (\(errnoName(errno)))")
+    }
+    defer { close(fd) }
+    let text = Array("\(kib)\n".utf8)
+    if write(fd, text, text.count) == text.count {
+      logger.debug("readahead \(kib) KiB on bdi \(device)")
+    } else {
+      logger.notice("readahead stays at the kernel's: writing \(path) failed (\(errnoName(errno)))")
+    }
+  }
+
   // MARK: Requests
 
   /// Called by every C callback: records the request as outstanding.
   func begin(_ raw: fuse_req_t?) -> FuseRequest? {
     guard let raw else { return nil }
+    if readaheadPending.load(ordering: .relaxed) { applyReadahead() }
     let id = table.withLock { t in
       let id = t.nextID
       t.nextID &+= 1

@@ -17,7 +17,7 @@ final class Bench: @unchecked Sendable {
 
   private var serverPID: pid_t?
   private(set) var serverPort: UInt16 = 0
-  private var largeSize: Int { settings.sizeMiB << 20 }
+  var largeSize: Int { settings.sizeMiB << 20 }
   private var bleSize: Int { settings.bleKiB << 10 }
   private var sequence = 0
   private var mounts = 0
@@ -86,7 +86,7 @@ final class Bench: @unchecked Sendable {
     if local {
       try startServer()
     }
-    if wants.contains("cat") { try catSection() }
+    if wants.contains("cat") { try largeFileSection() }
     if wants.contains("client") { try clientSection() }
     if wants.contains("meta") { try metadataSection() }
     if wants.contains("chat") { try chatSection() }
@@ -140,7 +140,7 @@ final class Bench: @unchecked Sendable {
     serverPID = try Supervisor.shared.spawn(
       bbsd,
       [
-        "--listen", "tcp!127.0.0.1!\(serverPort)", "--files", area, "--rooms",
+        "--listen", "tcp!127.0.0.1!\(serverPort)", "--files", area, "--files-rw", "--rooms",
         rooms.joined(separator: ","), "--log-level", "warning",
       ], log: work + "/9bbsd.log")
     guard waitForListener(port: serverPort) else { throw BenchError("9bbsd did not start") }
@@ -157,9 +157,9 @@ final class Bench: @unchecked Sendable {
 
   var serverAddress: TransportAddress { .tcp(host: "127.0.0.1", port: serverPort) }
 
-  func mountServer(_ name: String, address: String, options: [String] = [])
-    throws -> MountedFS
-  {
+  func mountServer(
+    _ name: String, address: String, options: [String] = [], binary: String? = nil
+  ) throws -> MountedFS {
     // A fresh user name per mount: the server keeps a read cursor per user, and opening a room
     // with nothing unread for that user waits for the next post.
     mounts += 1
@@ -167,7 +167,7 @@ final class Bench: @unchecked Sendable {
     for option in options { arguments += ["-o", option] }
     arguments += [address, work + "/" + name]
     return try MountedFS.start(
-      mount9bbs, arguments, mountpoint: work + "/" + name, kind: "mount9bbs",
+      binary ?? mount9bbs, arguments, mountpoint: work + "/" + name, kind: "mount9bbs",
       log: work + "/\(name).log")
   }
 
@@ -175,17 +175,8 @@ final class Bench: @unchecked Sendable {
     fs.stop(mount9bbs: fs.kind == "mount9bbs" ? mount9bbs : nil)
   }
 
-  /// cat FILE > /dev/null after drop_caches: MB/s, or nil if cat failed.
-  private func catRate(_ path: String, bytes: Int, timeout: Double = 300) -> Double? {
-    dropCaches()
-    guard let (status, seconds) = try? Supervisor.shared.run("/bin/cat", [path], timeout: timeout),
-      status == 0
-    else { return nil }
-    return Double(bytes) / seconds / 1e6
-  }
-
   /// Compiles libfuse's passthrough_ll example; its path, or nil.
-  private func buildPassthrough() -> String? {
+  func buildPassthrough() -> String? {
     let examples = "/usr/share/doc/libfuse3-dev/examples"
     guard FileManager.default.fileExists(atPath: examples + "/passthrough_ll.c") else {
       log("no \(examples)/passthrough_ll.c (apt-get install libfuse3-dev)")
@@ -243,51 +234,6 @@ final class Bench: @unchecked Sendable {
     let fields = last.split(separator: " ").compactMap { Double($0) }
     guard fields.count >= 2 else { return nil }
     return (fields[0], fields[1])
-  }
-
-  // MARK: - 1. cat through the mount vs bare FUSE vs loopback TCP
-
-  private func catSection() throws {
-    let section = "1 cat \(settings.sizeMiB) MiB"
-    let fs = try mountServer("mnt", address: "tcp!127.0.0.1!\(serverPort)")
-    defer { unmount(fs) }
-    var passthrough: MountedFS?
-    if let binary = buildPassthrough() {
-      passthrough = try? MountedFS.start(
-        binary, ["-f", "-o", "source=\(area),cache=never", work + "/bare"],
-        mountpoint: work + "/bare", kind: "passthrough_ll", log: work + "/passthrough_ll.log")
-    }
-    defer { passthrough.map { unmount($0) } }
-    var ours: [Double] = []
-    var bare: [Double] = []
-    var tcp: [Double] = []
-    for run in 1...settings.runs {
-      if let rate = catRate(fs.mountpoint + "/files/big.bin", bytes: largeSize) {
-        ours.append(rate)
-      }
-      if let passthrough, let rate = catRate(passthrough.mountpoint + "/big.bin", bytes: largeSize)
-      {
-        bare.append(rate)
-      }
-      if let rate = loopbackTCPRate(bytes: max(largeSize, 256 << 20)) { tcp.append(rate) }
-      log(
-        "cat run \(run): mount \(ours.last ?? 0) MB/s, bare \(bare.last ?? 0), tcp \(tcp.last ?? 0)"
-      )
-    }
-    let oursMedian = Stats.median(ours)
-    let bareMedian = Stats.median(bare)
-    add(Row(section, "mount9bbs (tcp)", oursMedian, "MB/s", "median of \(ours.count)"))
-    add(
-      Row(
-        section, "bare FUSE passthrough_ll", bareMedian, "MB/s",
-        "cache=never, median of \(bare.count)"))
-    let perRun = zip(ours, bare).map { $0 / $1 }
-    add(
-      Row(
-        section, "ratio mount9bbs / bare", Stats.ratio(oursMedian, bareMedian), "×",
-        "per-run median \(Stats.median(perRun).map { String(format: "%.3f", $0) } ?? "n/a"); target ≥ 0.8"
-      ))
-    add(Row(section, "loopback TCP bulk", Stats.median(tcp), "MB/s", "reference"))
   }
 
   // MARK: - 2. the client alone

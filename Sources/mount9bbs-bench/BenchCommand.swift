@@ -1,7 +1,8 @@
 // mount9bbs-bench: the benchmark of issue 5. Starts its own 9bbsd with a file area (a large
 // file and a 1000-file directory), mounts it with the built mount9bbs, and measures in one run:
-// cat through the mount next to the bare-FUSE ceiling (libfuse's passthrough_ll, compiled here)
-// and loopback TCP; the 9P client alone; ls -l and stat, idle and with 20 blocked room readers;
+// large-file reads (128 KiB, 1 MiB, cat; first and second) and cp writes through the mount next
+// to the bare-FUSE ceiling (libfuse's passthrough_ll, compiled here, both cache modes) and
+// loopback TCP; the 9P client alone; ls -l and stat, idle and with 20 blocked room readers;
 // chat delivery latency with 1/10/50 readers; daemon CPU and RSS with 100 idle streams and with
 // 8 feeds against a device-profile server; cat, metadata and delivery again over an emulated
 // BLE link (LinkEmulation) in front of a device-profile 9bbsd on seqpacket; and delivery as
@@ -74,6 +75,12 @@ struct BenchCommand: ParsableCommand {
 
   @Option(help: "The mount9bbs executable (default: next to this one).")
   var mount9bbs: String?
+
+  @Option(
+    help:
+      "Another mount9bbs executable (e.g. the one before a change) to run next to this one in the large-file section."
+  )
+  var baseline: String?
 
   @Flag(help: "Print the results as JSON instead of a table.")
   var json = false
@@ -152,6 +159,7 @@ struct BenchSettings {
   var workDir: String?
   var bbsd: String?
   var mount9bbs: String?
+  var baseline: String?
 
   init(command: BenchCommand) {
     sections = Set(command.sections.split(separator: ",").map { String($0) })
@@ -169,6 +177,7 @@ struct BenchSettings {
     workDir = command.workDir
     bbsd = command.bbsd
     mount9bbs = command.mount9bbs
+    baseline = command.baseline
   }
 }
 

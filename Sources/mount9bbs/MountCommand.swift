@@ -60,7 +60,7 @@ struct Mount9BBS: ParsableCommand {
       Options (-o, comma-separated): uname=NAME, aname=PATH, msize=BYTES,
       profile=device|multiplex, sessions=N, ro, allow_other, default_permissions,
       timeout=SECONDS, stream=GLOB (repeatable), reconnect=on|off, keepalive=SECONDS,
-      outbox=on|off, history=on|off, and libfuse's own options.
+      outbox=on|off, history=on|off, readahead=KIB (default 8192), and libfuse's own options.
 
       mount9bbs status shows a mount's link, sessions, outbox and room feeds.
 

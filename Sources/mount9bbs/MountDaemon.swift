@@ -2,6 +2,7 @@ import BBSMount
 import BBSServer
 import Foundation
 import FuseKit
+import Glibc
 import Logging
 import NinePClient
 import NinePTransport
@@ -25,6 +26,10 @@ struct MountDaemon {
       return handler
     }
     let logger = Logger(label: "mount9bbs")
+    // Large reads and writes pass through buffers of 256 KiB to 1 MiB. Above glibc's default
+    // threshold each one is a fresh mmap whose pages fault in and are zeroed, a fifth of the
+    // daemon's time in a `cp`; from the heap they are reused.
+    keepLargeBuffersOnTheHeap()
     do {
       try serve(logger: logger)
       return 0
@@ -100,6 +105,7 @@ struct MountDaemon {
     fuseOptions.allowNonEmptyMountpoint = options.allowNonEmpty
     fuseOptions.extraOptions = options.passthrough
     fuseOptions.handleSignals = true
+    if options.readaheadKiB > 0 { fuseOptions.readaheadKiB = options.readaheadKiB }
     fuseOptions.trace = debug
     fileSystem.prefetchRoot(timeout: .seconds(5))
     let session = FuseSession(
@@ -208,4 +214,16 @@ enum MountError: Error, CustomStringConvertible {
       return "cannot start the built-in BBS: \(text)"
     }
   }
+}
+
+/// Raises glibc's mmap threshold to 4 MiB and its trim threshold to 32 MiB (`mallopt`, which
+/// Swift's Glibc module does not export: `<malloc.h>` is not in it).
+private func keepLargeBuffersOnTheHeap() {
+  typealias Mallopt = @convention(c) (Int32, Int32) -> Int32
+  guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "mallopt") else { return }
+  let mallopt = unsafeBitCast(symbol, to: Mallopt.self)
+  let trimThreshold: Int32 = -1  // M_TRIM_THRESHOLD
+  let mmapThreshold: Int32 = -3  // M_MMAP_THRESHOLD
+  _ = mallopt(mmapThreshold, 4 << 20)
+  _ = mallopt(trimThreshold, 32 << 20)
 }

@@ -21,6 +21,9 @@ struct ParsedOptions {
   var history = true
   var reconnect = true
   var keepalive: Duration? = .seconds(15)
+  /// Readahead of the mount's page cache, KiB (0: the kernel's 128 KiB). Large files stream
+  /// at link speed only with several megabyte requests in flight.
+  var readaheadKiB = 8192
   var passthrough: [String] = []
 
   struct Invalid: Error, CustomStringConvertible {
@@ -83,6 +86,7 @@ struct ParsedOptions {
       case "keepalive":
         let seconds = try number(0...3600)
         keepalive = seconds == 0 ? nil : .seconds(seconds)
+      case "readahead": readaheadKiB = try number(0...(1 << 20))
       default: passthrough.append(item)
       }
     }

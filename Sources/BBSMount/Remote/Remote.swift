@@ -116,6 +116,8 @@ extension Session {
 /// The mount's walks, opens, creates, removes and renames, each on a session from `sessions`.
 final class Remote: Sendable {
   let sessions: SessionProvider
+  /// Which file versions the page cache holds (``FileHandle`` opens keep them when current).
+  let pageCache = PageCacheLedger()
 
   init(sessions: @escaping SessionProvider) {
     self.sessions = sessions
@@ -218,7 +220,8 @@ final class Remote: Sendable {
           created.map { made in
             let file = RemoteFile(
               path: directory + [name], mode: mode, session: session, fid: made.fid,
-              iounit: made.opened.iounit, sessions: sessions)
+              iounit: made.opened.iounit,
+              appendOnly: made.opened.qid.type.contains(.appendOnly), sessions: sessions)
             return (file, Stat(qid: made.opened.qid, mode: perm, name: name))
           })
       }
@@ -236,7 +239,7 @@ final class Remote: Sendable {
           opened.map {
             RemoteFile(
               path: path, mode: mode, session: session, fid: $0.fid, iounit: $0.opened.iounit,
-              sessions: sessions)
+              appendOnly: $0.opened.qid.type.contains(.appendOnly), sessions: sessions)
           })
       }
     }

@@ -12,12 +12,15 @@ final class RemoteFile: @unchecked Sendable {
   private let lock = NSLock()
   private var session: Session
   private var fid: Fid
-  private(set) var iounit: UInt32
+  private var iounit: UInt32
+  /// The server file is append-only (QTAPPEND): its Twrites must go in order.
+  let appendOnly: Bool
 
   init(
     path: [String], mode: OpenMode, session: Session, fid: Fid, iounit: UInt32,
-    sessions: @escaping SessionProvider
+    appendOnly: Bool = false, sessions: @escaping SessionProvider
   ) {
+    self.appendOnly = appendOnly
     self.path = path
     self.mode = OpenMode(rawValue: mode.rawValue & ~OpenMode.truncateFlag)
     self.session = session
@@ -27,10 +30,10 @@ final class RemoteFile: @unchecked Sendable {
   }
 
   /// The session and fid as they are now (maybe dead).
-  var current: (session: Session, fid: Fid) {
+  var current: (session: Session, fid: Fid, iounit: UInt32) {
     lock.lock()
     defer { lock.unlock() }
-    return (session, fid)
+    return (session, fid, iounit)
   }
 
   /// A live session and fid: the current ones, or new ones after a reconnect.
@@ -38,7 +41,7 @@ final class RemoteFile: @unchecked Sendable {
     _ completion: @escaping @Sendable (Result<(session: Session, fid: Fid), NinePError>) -> Void
   ) {
     let now = current
-    if now.session.closedReason == nil { return completion(.success(now)) }
+    if now.session.closedReason == nil { return completion(.success((now.session, now.fid))) }
     sessions { [self] placed in
       switch placed {
       case .failure(let error):
@@ -62,69 +65,58 @@ final class RemoteFile: @unchecked Sendable {
   }
 
   /// Reads up to `size` bytes at `offset` on a live fid, in as many Treads as that takes (the
-  /// kernel asks for more than one message). A read is idempotent, so one that died with the
-  /// link is tried again once on the reconnected session. `box` holds the Tread on the wire,
-  /// for ``cancel(_:)``.
+  /// kernel asks for up to a megabyte), pipelined within the session's window. A read is
+  /// idempotent, so one that died with the link is tried again once on the reconnected
+  /// session. `group` holds the Treads on the wire, for ``cancel(_:)``. The data comes in
+  /// the replies' pieces, in order.
   func read(
-    size: Int, offset: UInt64, box: HandleBox,
-    _ completion: @escaping @Sendable (Result<[UInt8], NinePError>) -> Void
+    size: Int, offset: UInt64, group: RequestGroup,
+    _ completion: @escaping @Sendable (Result<[[UInt8]], NinePError>) -> Void
   ) {
-    read(size: size, offset: offset, box: box, retried: false, completion)
+    read(size: size, offset: offset, group: group, retried: false, completion)
   }
 
   private func read(
-    size: Int, offset: UInt64, box: HandleBox, retried: Bool,
-    _ completion: @escaping @Sendable (Result<[UInt8], NinePError>) -> Void
+    size: Int, offset: UInt64, group: RequestGroup, retried: Bool,
+    _ completion: @escaping @Sendable (Result<[[UInt8]], NinePError>) -> Void
   ) {
     live { [self] live in
       guard case .success(let (session, fid)) = live else {
         if case .failure(let error) = live { completion(.failure(error)) }
         return
       }
-      var count = min(UInt32(clamping: size), session.maxReadCount)
-      if iounit > 0 { count = min(count, iounit) }
-      readChunks(
-        session, fid, offset: offset, wanted: size, chunk: count, into: [], box: box
+      session.readPipelined(
+        fid, offset: offset, count: size, chunk: chunkLimit(session.maxReadCount), group: group
       ) { [self] result in
-        if case .failure(let error) = result, error.isLinkFailure, !retried {
-          return read(size: size, offset: offset, box: box, retried: true, completion)
+        if case .failure(let error) = result, error.isLinkFailure, !retried, !group.isCancelled {
+          return read(size: size, offset: offset, group: group, retried: true, completion)
         }
         completion(result)
       }
     }
   }
 
-  /// Reads until `wanted` bytes or a short read.
-  private func readChunks(
-    _ session: Session, _ fid: Fid, offset: UInt64, wanted: Int, chunk: UInt32,
-    into buffer: [UInt8], box: HandleBox,
-    _ completion: @escaping @Sendable (Result<[UInt8], NinePError>) -> Void
-  ) {
-    let count = min(chunk, UInt32(clamping: wanted - buffer.count))
-    box.handle = session.read(fid, offset: offset, count: count) { [self] result in
-      switch result {
-      case .success(let data):
-        let total = buffer + data
-        if data.count < Int(count) || total.count >= wanted {
-          completion(.success(total))
-        } else {
-          readChunks(
-            session, fid, offset: offset + UInt64(data.count), wanted: wanted, chunk: chunk,
-            into: total, box: box, completion)
-        }
-      case .failure(let error):
-        completion(buffer.isEmpty ? .failure(error) : .success(buffer))
-      }
-    }
+  /// The largest chunk one message may carry: `limit`, or the iounit when smaller.
+  private func chunkLimit(_ limit: UInt32) -> UInt32 {
+    let iounit = current.iounit
+    return iounit > 0 ? min(limit, iounit) : limit
   }
 
-  /// Cancels the read `box` holds (an interrupt: Tflush).
-  func cancel(_ box: HandleBox) {
-    if let handle = box.handle { current.session.cancel(handle) }
+  /// Cancels the reads `group` holds (an interrupt: Tflush).
+  func cancel(_ group: RequestGroup) {
+    group.cancelAll(on: current.session)
   }
 
-  /// Writes `data` at `offset`. Writes are not idempotent: one lost with the link fails; the
-  /// next one reopens.
+  /// How many bytes of writes may be on their way before a `write(2)` waits for the server
+  /// (``WriteBehind``): none on a device link (a board takes one request at a time, and a
+  /// `close` would wait for megabytes at radio speed) or for an append-only file.
+  var writeBehindLimit: Int {
+    appendOnly || current.session.configuration.profile == .device ? 0 : 8 << 20
+  }
+
+  /// Writes `data` at `offset`, pipelined within the session's window unless the file is
+  /// append-only (there the order of the Twrites is the order of the bytes). Writes are not
+  /// idempotent: one lost with the link fails; the next one reopens.
   func write(
     _ data: [UInt8], at offset: UInt64,
     _ completion: @escaping @Sendable (Result<Int, NinePError>) -> Void
@@ -134,22 +126,19 @@ final class RemoteFile: @unchecked Sendable {
         if case .failure(let error) = live { completion(.failure(error)) }
         return
       }
-      session.writeAll(fid, offset: offset, data: data, iounit: iounit, completion: completion)
+      let chunk = Int(chunkLimit(UInt32(clamping: session.maxWriteCount)))
+      if appendOnly {
+        session.writeAll(
+          fid, offset: offset, data: data, iounit: UInt32(chunk), completion: completion)
+      } else {
+        session.writePipelined(
+          fid, offset: offset, data: data, chunk: chunk, completion: completion)
+      }
     }
   }
 
   func close() {
     let now = current
     if now.session.closedReason == nil { now.session.clunk(now.fid) }
-  }
-}
-
-/// Holds the request handle of the read on the wire, for an interrupt's Tflush.
-final class HandleBox: @unchecked Sendable {
-  private let lock = NSLock()
-  private var value: RequestHandle?
-  var handle: RequestHandle? {
-    get { lock.withLock { value } }
-    set { lock.withLock { value = newValue } }
   }
 }

@@ -62,6 +62,9 @@ struct NodeAttributes: Sendable {
     case .file:
       attributes.st_mode = S_IFREG | mode_t(permissions)
       attributes.st_nlink = 1
+      // cat and cp size their buffers by st_blksize: a megabyte per request (FUSE's largest)
+      // instead of 128 KiB, so a large file moves in an eighth of the round trips.
+      attributes.st_blksize = 1 << 20
       attributes.st_size = Int(clamping: node.stat?.length ?? 0)
     case .room:
       attributes.st_mode = S_IFREG | (options.readOnly ? 0o444 : 0o644)

@@ -21,6 +21,8 @@ protocol OpenHandle: AnyObject, Sendable {
   func write(_ request: FuseRequest, data: [UInt8], offset: UInt64)
   /// A `close(2)` of one descriptor: what it reports.
   func flush(_ request: FuseRequest)
+  /// An `fsync(2)`: answered once what was written is at the server.
+  func fsync(_ request: FuseRequest)
   /// The last descriptor is gone.
   func release()
   /// The poll events ready now; keeps `handle` to wake the poller later where that matters.
@@ -33,6 +35,7 @@ extension OpenHandle {
     request.replyError(EBADF)
   }
   func flush(_ request: FuseRequest) { request.replyError(0) }
+  func fsync(_ request: FuseRequest) { request.replyError(0) }
   func release() {}
   func poll(_ handle: FusePollHandle?) -> Int32 {
     Int32(POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM)
@@ -81,11 +84,15 @@ final class FileHandle: OpenHandle {
   let file: RemoteFile
   let inode: FuseInode
   private let inodes: InodeTable
+  private let pageCache: PageCacheLedger
+  private let writes: WriteBehind
 
-  init(file: RemoteFile, inode: FuseInode, inodes: InodeTable) {
+  init(file: RemoteFile, inode: FuseInode, inodes: InodeTable, pageCache: PageCacheLedger) {
     self.file = file
     self.inode = inode
     self.inodes = inodes
+    self.pageCache = pageCache
+    writes = WriteBehind(limit: file.writeBehindLimit)
   }
 
   /// Opens the server file `node` on a fid of its own and answers `request` with its handle.
@@ -109,9 +116,16 @@ final class FileHandle: OpenHandle {
         let length = node.stat?.length ?? 0
         info.directIO =
           length == 0 || tree.attributes.classifier.isBoardRoom(Array(node.path.dropLast()))
-        info.keepCache = false
+        // Through the page cache, a second read of an unchanged file comes from memory.
+        if let stat = node.stat, !info.directIO, !openMode.allowsWriting {
+          info.keepCache = remote.pageCache.open(node.inode, at: .init(stat))
+        } else {
+          info.keepCache = false
+          remote.pageCache.forget(node.inode)
+        }
         info.handle = handles.store(
-          FileHandle(file: file, inode: node.inode, inodes: tree.inodes))
+          FileHandle(
+            file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache))
         if openMode.allowsWriting { tree.inodes.invalidate(node.inode) }
         request.replyOpen(info)
       }
@@ -135,37 +149,52 @@ final class FileHandle: OpenHandle {
         let node = tree.inodes.record(path: directory + [name], kind: .file, stat: stat)
         var info = info
         info.directIO = true
+        remote.pageCache.forget(node.inode)
         info.handle = handles.store(
-          FileHandle(file: file, inode: node.inode, inodes: tree.inodes))
+          FileHandle(
+            file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache))
         request.replyCreate(tree.attributes.entry(for: node), info)
       }
     }
   }
 
   func read(_ request: FuseRequest, size: Int, offset: UInt64) {
-    let box = HandleBox()
-    let pending = PendingReply(request) { [file] _ in file.cancel(box) }
-    guard !pending.isAnswered else { return }
-    file.read(size: size, offset: offset, box: box) { result in
-      guard let request = pending.take() else { return }
-      switch result {
-      case .success(let data): request.replyData(data)
-      case .failure(let error): request.replyError(error.errno)
+    // A read sees this handle's earlier writes: they land first.
+    writes.drain(reporting: false) { [self] _ in
+      let group = RequestGroup()
+      let pending = PendingReply(request) { [file] _ in file.cancel(group) }
+      guard !pending.isAnswered else { return }
+      file.read(size: size, offset: offset, group: group) { result in
+        guard let request = pending.take() else { return }
+        switch result {
+        case .success(let pieces): request.replyData(pieces: pieces)
+        case .failure(let error): request.replyError(error.errno)
+        }
       }
     }
   }
 
   func write(_ request: FuseRequest, data: [UInt8], offset: UInt64) {
-    file.write(data, at: offset) { [self] result in
-      inodes.invalidate(inode)
-      switch result {
-      case .success(let count): request.replyWrite(count)
-      case .failure(let error): request.replyError(error.errno)
+    pageCache.forget(inode)
+    writes.write(request, data: data, offset: offset) { [self] data, offset, done in
+      file.write(data, at: offset) { [self] result in
+        inodes.invalidate(inode)
+        done(result)
       }
     }
   }
 
-  func release() { file.close() }
+  func flush(_ request: FuseRequest) {
+    writes.drain { request.replyError($0) }
+  }
+
+  func fsync(_ request: FuseRequest) {
+    writes.drain { request.replyError($0) }
+  }
+
+  func release() {
+    writes.drain(reporting: false) { [file] _ in file.close() }
+  }
 }
 
 /// A file read whole at open (`/chat/users`, which ignores the offset), or root's empty view

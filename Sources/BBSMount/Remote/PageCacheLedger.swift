@@ -1,0 +1,37 @@
+import FuseKit
+import NinePProtocol
+import Synchronization
+
+/// Which server version of each file the kernel's page cache holds, so a second open keeps
+/// the cached pages (`keep_cache`) when the server's entry has not changed since, and drops
+/// them when it has. A write through the mount forgets the file: the next open reads afresh.
+final class PageCacheLedger: Sendable {
+  /// What identifies a version of a server file: its qid (path and version), length and mtime.
+  struct Version: Equatable, Sendable {
+    var qid: Qid
+    var length: UInt64
+    var mtime: UInt32
+
+    init(_ stat: Stat) {
+      qid = stat.qid
+      length = stat.length
+      mtime = stat.mtime
+    }
+  }
+
+  private let versions = Mutex<[FuseInode: Version]>([:])
+
+  /// Records that an open of `inode` at `version` goes through the page cache; true if the
+  /// pages cached by an earlier open are of the same version and may be kept.
+  func open(_ inode: FuseInode, at version: Version) -> Bool {
+    versions.withLock { table in
+      defer { table[inode] = version }
+      return table[inode] == version
+    }
+  }
+
+  /// The file changed through the mount (or is opened without the cache): cached pages must go.
+  func forget(_ inode: FuseInode) {
+    _ = versions.withLock { $0.removeValue(forKey: inode) }
+  }
+}
