@@ -108,7 +108,7 @@ final class SessionCore: @unchecked Sendable {
     let path = "/sys/class/bdi/\(device)/read_ahead_kb"
     let fd = Glibc.open(path, O_WRONLY | O_CLOEXEC)
     guard fd >= 0 else {
-      return logger.notice(
+      return logger.info(
         "readahead stays at the kernel's: cannot open \(path) (\(errnoName(errno)))")
     }
     defer { close(fd) }
@@ -116,7 +116,7 @@ final class SessionCore: @unchecked Sendable {
     if write(fd, text, text.count) == text.count {
       logger.debug("readahead \(kib) KiB on bdi \(device)")
     } else {
-      logger.notice("readahead stays at the kernel's: writing \(path) failed (\(errnoName(errno)))")
+      logger.info("readahead stays at the kernel's: writing \(path) failed (\(errnoName(errno)))")
     }
   }
 

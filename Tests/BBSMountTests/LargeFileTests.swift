@@ -67,7 +67,7 @@ final class LargeFileTests: XCTestCase {
           assert mapped[:] == want
       print('ok')
       """
-    let scriptPath = rig.directory + "/mmap.py"
+    let scriptPath = rig.directory + "/check_mapping.py"
     try script.write(toFile: scriptPath, atomically: true, encoding: .utf8)
     XCTAssertEqual(
       try sh("python3 \(scriptPath) \(rig.path("files/big.bin")) \(area)/big.bin", timeout: 60),
@@ -93,6 +93,40 @@ final class LargeFileTests: XCTestCase {
     // And the mount reads back what it wrote.
     try sh("cp \(rig.path("files/copy.bin")) \(rig.directory)/back.bin", timeout: 60)
     try sh("cmp \(rig.directory)/want.bin \(rig.directory)/back.bin")
+    rig.assertNoViolations()
+  }
+
+  /// Writes answered before they land (write-behind) still land in order where they overlap:
+  /// each later write wins, as on a local disk, and a read on the same descriptor sees them.
+  func testOverlappingWritesLandInOrder() throws {
+    let (rig, area) = try start(size: 4096)
+    let script = """
+      import os, sys
+      want = bytearray()
+      def put(fd, offset, data):
+          global want
+          os.pwrite(fd, data, offset)
+          if len(want) < offset + len(data):
+              want.extend(b'\\0' * (offset + len(data) - len(want)))
+          want[offset:offset + len(data)] = data
+      fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+      put(fd, 0, b'a' * (3 << 20))
+      for step in range(200):
+          put(fd, (step * 7919) % (3 << 20), bytes([98 + step % 20]) * (1000 + step * 37))
+      put(fd, 1 << 20, b'z' * (1 << 20))
+      put(fd, (1 << 20) + 12345, b'y' * 10)
+      assert os.pread(fd, 100, (1 << 20) + 12340) == bytes(want[(1 << 20) + 12340:(1 << 20) + 12440])
+      os.close(fd)
+      with open(sys.argv[2], 'rb') as f:
+          assert f.read() == bytes(want), 'server copy differs'
+      print('ok')
+      """
+    let scriptPath = rig.directory + "/overlap.py"
+    try script.write(toFile: scriptPath, atomically: true, encoding: .utf8)
+    XCTAssertEqual(
+      try sh(
+        "python3 \(scriptPath) \(rig.path("files/overlap.bin")) \(area)/overlap.bin", timeout: 60),
+      "ok\n")
     rig.assertNoViolations()
   }
 

@@ -15,6 +15,12 @@ import Synchronization
 /// that wait go in arrival order. With `limit` 0 (a device link, an append-only file) every
 /// write is answered only once the server has it, as before.
 final class WriteBehind: Sendable {
+  /// An errno as an error, for ``write(data:offset:send:reply:)``.
+  struct Errno: Error, Equatable {
+    var errno: Int32
+    init(_ errno: Int32) { self.errno = errno }
+  }
+
   /// A write waiting for room or for an overlapping write to land.
   private struct Waiting {
     var range: Range<UInt64>
@@ -45,18 +51,29 @@ final class WriteBehind: Sendable {
       @escaping @Sendable ([UInt8], UInt64, @escaping @Sendable (Result<Int, NinePError>) -> Void)
       -> Void
   ) {
-    if limit == 0 {
-      return send(data, offset) { result in
-        switch result {
-        case .success(let count): request.replyWrite(count)
-        case .failure(let error): request.replyError(error.errno)
-        }
+    write(data: data, offset: offset, send: send) { answer in
+      switch answer {
+      case .success(let count): request.replyWrite(count)
+      case .failure(let error): request.replyError(error.errno)
       }
+    }
+  }
+
+  /// The same, answering through `reply` (the count, or an errno).
+  func write(
+    data: [UInt8], offset: UInt64,
+    send:
+      @escaping @Sendable ([UInt8], UInt64, @escaping @Sendable (Result<Int, NinePError>) -> Void)
+      -> Void,
+    reply: @escaping @Sendable (Result<Int, Errno>) -> Void
+  ) {
+    if limit == 0 {
+      return send(data, offset) { result in reply(result.mapError { Errno($0.errno) }) }
     }
     let range = offset..<offset + UInt64(data.count)
     let start: @Sendable () -> Void = { [self] in
       send(data, offset) { [self] result in landed(range, result) }
-      request.replyWrite(data.count)
+      reply(.success(data.count))
     }
     enum Decision { case start, wait, fail(Int32) }
     let decision = state.withLock { s -> Decision in
@@ -77,7 +94,7 @@ final class WriteBehind: Sendable {
     switch decision {
     case .start: start()
     case .wait: break
-    case .fail(let failure): request.replyError(failure)
+    case .fail(let failure): reply(.failure(Errno(failure)))
     }
   }
 
