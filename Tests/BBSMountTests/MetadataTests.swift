@@ -164,6 +164,14 @@ final class MetadataTests: XCTestCase {
       $0.st_uid = 1000  // the owner shown: no change
     }.get()
     XCTAssertEqual(made.stat, expected)
+    let before = Stat(
+      qid: Qid(type: .file, path: 7), mode: FileMode(permissions: 0o644), atime: 1, mtime: 2,
+      length: 10, name: "a", uid: "u")
+    let after = made.applied(to: before)
+    XCTAssertEqual(
+      [after.mode.permissions, UInt32(after.length), after.atime, after.mtime],
+      [0o600, 5, 1_700_000_000, 1_577_836_800])
+    XCTAssertEqual([after.name, after.uid], ["a", "u"])
     XCTAssertEqual(
       try change([.mode], kind: .directory) { $0.st_mode = S_IFDIR | 0o700 }.get().stat.mode,
       FileMode(permissions: 0o700, .directory))

@@ -31,6 +31,16 @@ struct MetadataChange: Equatable {
   /// Whether the Twstat changes anything at all.
   var changesAnything: Bool { stat != .unchanged }
 
+  /// `entry` as it is after the change.
+  func applied(to entry: Stat) -> Stat {
+    var result = entry
+    if stat.length != .max { result.length = stat.length }
+    if stat.mode.rawValue != .max { result.mode = stat.mode }
+    if stat.atime != .max { result.atime = stat.atime }
+    if stat.mtime != .max { result.mtime = stat.mtime }
+    return result
+  }
+
   /// Builds the change for `node` from what the kernel asks, or the errno that refuses it.
   ///
   /// - Parameters:
@@ -142,14 +152,22 @@ extension BBSFileSystem {
           switch fresh {
           case .success(let updated):
             request.replyAttr(nodes.attributes(for: updated), timeout: nodes.timeout(for: updated))
-          case .failure(let error):
-            request.replyError(error.errno)
+          case .failure:
+            // The change is made: show it as asked, and ask the server again next time.
+            var shown = node
+            shown.stat = node.stat.map { asked.applied(to: $0) }
+            request.replyAttr(nodes.attributes(for: shown), timeout: 0)
           }
         }
       case .failure(let error):
         logger.debug("setattr \(node.path.joined(separator: "/")): \(error)")
-        // A board's "wstat failed" carries no errno: it is the server refusing the change.
-        request.replyError(error.errno == EIO ? EPERM : error.errno)
+        // A generic "wstat failed" (a Gen-1 board) carries no errno: it is the server refusing
+        // the change. A failed link stays what it is.
+        if case .server = error, error.errno == EIO {
+          request.replyError(EPERM)
+        } else {
+          request.replyError(error.errno)
+        }
       }
     }
   }
