@@ -23,6 +23,7 @@ import FuseKit
 import Logging
 import NinePClient
 import NinePProtocol
+import Synchronization
 
 #if canImport(Glibc)
   import Glibc
@@ -182,7 +183,28 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     file: FuseFileInfo?
   ) {
     guard let node = inodes.node(inode) else { return reply(request, ENOENT) }
-    changeAttributes(request, node: node, attributes: attributes, changes: changes, file: file)
+    // Writes still on their way (write-behind) land first: a truncate or a touch must not be
+    // overtaken by them.
+    whenWritesLanded(inode) { [self] in
+      changeAttributes(request, node: node, attributes: attributes, changes: changes, file: file)
+    }
+  }
+
+  /// Calls `body` once every write answered ahead of the server on `inode` has landed (at
+  /// once, on this thread, when none is on its way).
+  private func whenWritesLanded(_ inode: FuseInode, _ body: @escaping @Sendable () -> Void) {
+    let writers = handles.all(FileHandle.self).map(\.handle).filter { $0.inode == inode }
+    guard !writers.isEmpty else { return body() }
+    let left = Mutex(writers.count)
+    for writer in writers {
+      writer.whenWritesLanded {
+        if left.withLock({
+          $0 -= 1; return $0
+        }) == 0 {
+          body()
+        }
+      }
+    }
   }
 
   /// `df` and `statfs(2)`. 9P2000 has no request for a server's size or free space, so the

@@ -116,6 +116,10 @@ final class LargeFileTests: XCTestCase {
       put(fd, 1 << 20, b'z' * (1 << 20))
       put(fd, (1 << 20) + 12345, b'y' * 10)
       assert os.pread(fd, 100, (1 << 20) + 12340) == bytes(want[(1 << 20) + 12340:(1 << 20) + 12440])
+      # A truncate right after writes must not be overtaken by them.
+      put(fd, 0, b'q' * (1 << 20))
+      os.ftruncate(fd, (2 << 20) + 3)
+      want = want[:(2 << 20) + 3]
       os.close(fd)
       with open(sys.argv[2], 'rb') as f:
           assert f.read() == bytes(want), 'server copy differs'

@@ -188,6 +188,11 @@ final class FileHandle: OpenHandle {
     writes.drain { request.replyError($0) }
   }
 
+  /// Calls `body` once this handle's writes have landed (failures stay for its close).
+  func whenWritesLanded(_ body: @escaping @Sendable () -> Void) {
+    writes.drain(reporting: false) { _ in body() }
+  }
+
   func fsync(_ request: FuseRequest) {
     writes.drain { request.replyError($0) }
   }
