@@ -9,9 +9,11 @@
 // - Tree/: InodeTable numbers nodes by path; ListingCache answers lookups and attributes from
 //   the parent's listing; NodeKind decides behaviour by path (rooms, post, users);
 //   NodeAttributes builds what the kernel is told; HandleTable holds the open handles, each
-//   kind its own type (OpenHandle: read, write, flush, release, poll).
+//   kind its own type (OpenHandle: read, write, flush, fsync, release, poll).
 // - Remote/: every walk, open, create, remove and rename over 9P, and RemoteFile, a server
-//   file on a fid that reopens after a reconnect.
+//   file on a fid that reopens after a reconnect and reads and writes in pipelined chunks;
+//   WriteBehind answers a file's writes before they land (multiplex links), PageCacheLedger
+//   decides when a file's cached pages may be kept.
 // - Chat/: RoomFeeds runs one RoomFeed per open room on a stream session of the Pool, fanning
 //   its lines out to every RoomHandle through an offset-addressed Transcript; RoomFollowing
 //   holds tail -f's fstat until a room grows; PostHandle → PostChannel sends chat posts one
