@@ -134,6 +134,23 @@ final class LargeFileTests: XCTestCase {
     rig.assertNoViolations()
   }
 
+  /// A server whose disk fills up: writes answered before they landed must not let `cp` report
+  /// success. The failure comes back on a later write or at close, and cp says so.
+  func testAFullServerDiskFailsTheCopy() throws {
+    let (rig, area) = try start(size: 4096)
+    let tiny = area + "/tiny"
+    try FileManager.default.createDirectory(atPath: tiny, withIntermediateDirectories: false)
+    try sh("mount -t tmpfs -o size=1m tmpfs \(tiny)")
+    addTeardownBlock { _ = try? shell("umount -l \(tiny)") }
+    try Self.writeRandom(rig.directory + "/five.bin", size: 5 << 20, seed: 5)
+    let copy = try shell(
+      "cp \(rig.directory)/five.bin \(rig.path("files/tiny/five.bin"))", timeout: 60)
+    XCTAssertNotEqual(copy.status, 0, "cp reported success on a full disk: \(copy.output)")
+    XCTAssertTrue(
+      copy.output.contains("No space left") || copy.output.contains("error"), copy.output)
+    rig.assertNoViolations()
+  }
+
   /// A file read into the page cache and then replaced on the server (another length) is
   /// read afresh once the mount sees the new entry: kept pages never outlive their version.
   func testAFileChangedOnTheServerIsNotServedFromTheCache() throws {
