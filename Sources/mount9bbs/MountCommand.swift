@@ -52,7 +52,9 @@ struct Mount9BBS: ParsableCommand {
       ADDRESS is a dial string: tcp!host!port, host:port, unix!/path, seqpacket!/path[!mtu], \
       l2cap!BDADDR!PSM[!public|random], fd!N, or - (stdin/stdout); or a board's name: \
       ble!NAME or ble!BDADDR (Bluetooth LE, 9PIS) or mdns!NAME (LAN), looked up in the cache \
-      of `mount9bbs scan`, else found by a short scan.
+      of `mount9bbs scan`, else found by a short scan. Several transports of one BBS, \
+      comma-separated (ADDR1,ADDR2), are tried in order: the mount fails over when the one in \
+      use dies and goes back to an earlier one when it answers again.
 
       mount9bbs scan finds boards over Bluetooth LE, or with --lan 9P servers on the LAN \
       (see mount9bbs scan --help).
@@ -145,19 +147,25 @@ struct Mount9BBS: ParsableCommand {
     throw ExitCode(Detacher.spawnAndWait(extraArguments: handOver))
   }
 
-  /// The addresses to dial for ADDRESS: a dial string's one address, or those a board name
-  /// resolves to (handed over in `--resolved`, else from the cache or a short scan).
+  /// The addresses to dial for ADDRESS, most preferred first: `ADDR1,ADDR2,…` lists
+  /// several transports of one BBS; each is a dial string or a board name, which resolves to
+  /// its addresses (handed over in `--resolved`, else from the cache or a short scan).
   private func resolveAddress(_ text: String) throws -> [TransportAddress] {
-    guard let reference = try BoardReference(parsing: text) else {
-      return [try TransportAddress(parsing: text)]
-    }
     if !resolved.isEmpty {
       return try resolved.map { try TransportAddress(parsing: $0) }
     }
-    var logger = Logger(label: "mount9bbs") { StreamLogHandler.standardError(label: $0) }
-    logger.logLevel = debug ? .trace : .notice
-    let resolution = try BoardResolver(logger: logger).resolve(reference)
-    return resolution.addresses
+    var addresses: [TransportAddress] = []
+    for item in text.split(separator: ",").map(String.init) {
+      guard let reference = try BoardReference(parsing: item) else {
+        addresses.append(try TransportAddress(parsing: item))
+        continue
+      }
+      var logger = Logger(label: "mount9bbs") { StreamLogHandler.standardError(label: $0) }
+      logger.logLevel = debug ? .trace : .notice
+      addresses += try BoardResolver(logger: logger).resolve(reference).addresses
+    }
+    guard !addresses.isEmpty else { throw ValidationError("Missing ADDRESS.") }
+    return addresses
   }
 
   private func runUnmount(_ path: String) throws {
