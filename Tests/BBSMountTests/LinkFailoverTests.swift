@@ -119,6 +119,8 @@ final class LinkFailoverTests: XCTestCase {
     // Posted at once, while the link still looks up: kept, never dropped.
     let during = try startBackground(
       "/bin/echo 'frozen one' > \(mnt)/chat/post; echo status=$?")
+    // So is a listing asked for before the freeze is noticed: it waits for that, no longer.
+    let listing = try startBackground("ls \(mnt)/etc; echo status=$?")
     XCTAssertTrue(
       waitUntil(timeout: 15, interval: 0.1) { self.link(mnt)?["state"] as? String == "down" },
       "a frozen server was not noticed: \(logs)")
@@ -134,6 +136,10 @@ final class LinkFailoverTests: XCTestCase {
       XCTAssertLessThan(Date().timeIntervalSince(started), 2, "`\(command)` waited")
     }
     XCTAssertTrue(try shell("ls \(mnt)/etc").output.contains("motd"))
+    XCTAssertTrue(listing.wait(timeout: 20), "an ls made as the server froze hung")
+    XCTAssertTrue(
+      listing.text.contains("motd") && listing.text.contains("status=0"),
+      "an ls made as the server froze failed: \(listing.text)")
 
     // A post while down goes to the outbox; so did the one made as the server froze.
     let offline = try shell("/bin/echo 'frozen two' > \(mnt)/chat/post", timeout: 20)
@@ -180,6 +186,9 @@ final class LinkFailoverTests: XCTestCase {
     func transport() -> String? { link(mnt)?["transport"] as? String }
     XCTAssertEqual(transport(), preferred)
     XCTAssertEqual(link(mnt)?["transports"] as? [String], [preferred, other])
+    XCTAssertTrue(
+      try sh("\(BuiltProducts.path(of: "mount9bbs")) status \(mnt)").contains(
+        "transport: \(preferred) (preferred"))
 
     let reader = try startBackground(
       "exec tail -f -s 0.2 \(mnt)/chat/lobby 2>\(directory)/reader.err")
@@ -240,8 +249,37 @@ final class LinkFailoverTests: XCTestCase {
       "link-failover: \(posts) posts sent, \(Set(expected).subtracting(board).count) lost, "
         + "\(board.count - firsts.count) duplicated on the board")
     XCTAssertGreaterThanOrEqual(link(mnt)?["switches"] as? Int ?? 0, 4)
+    XCTAssertEqual(link(mnt)?["state"] as? String, "up")
     XCTAssertEqual(
       (try? String(contentsOfFile: directory + "/reader.err", encoding: .utf8)) ?? "", "")
     XCTAssertTrue(reader.isRunning)
+  }
+
+  /// `outbox=off` and a frozen server: a post made then is refused with ENOTCONN once the
+  /// freeze is noticed (within two keepalive periods), not accepted; after the server runs
+  /// again, posting works.
+  func testFrozenServerRefusesPostsWithoutOutbox() throws {
+    let socket = directory + "/9bbs.sock"
+    let server = try startServer(listening: ["unix!" + socket])
+    let mnt = try mount("unix!" + socket, options: ["keepalive=2", "timeout=5", "outbox=off"])
+    try sh("echo 'before the freeze' > \(mnt)/chat/post")
+    server.signal(SIGSTOP)
+    let frozen = Date()
+    // coreutils echo names the errno.
+    let refused = try shell("/bin/echo 'refused' > \(mnt)/chat/post", timeout: 30)
+    XCTAssertNotEqual(refused.status, 0, "a post was accepted with no outbox and no link")
+    XCTAssertTrue(refused.output.contains("not connected"), refused.output)
+    XCTAssertLessThan(Date().timeIntervalSince(frozen), 6, "the refusal took too long")
+    XCTAssertEqual(link(mnt)?["state"] as? String, "down")
+    let later = try shell("/bin/echo 'still down' > \(mnt)/chat/post", timeout: 30)
+    XCTAssertTrue(later.output.contains("not connected"), later.output)
+
+    server.signal(SIGCONT)
+    XCTAssertTrue(
+      waitUntil(timeout: 30, interval: 0.1) { self.link(mnt)?["state"] as? String == "up" }, logs)
+    try sh("echo 'after the thaw' > \(mnt)/chat/post")
+    let reader = try startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
+    XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("after the thaw") }, logs)
+    XCTAssertEqual(count("still down", in: reader.text), 0, "a refused post was sent")
   }
 }
