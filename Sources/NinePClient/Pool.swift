@@ -90,6 +90,10 @@ public final class Pool: @unchecked Sendable {
   private var transportSwitches = 0
   /// A try of the more preferred transports is scheduled.
   private var preferredRetryScheduled = false
+  /// Tries of the more preferred transports that failed since the last switch: the period
+  /// doubles with them (twice at most), so a transport that is gone for good (a PSM the
+  /// board does not serve) costs a dial a minute, not four.
+  private var preferredRetriesFailed = 0
 
   public convenience init(
     address: TransportAddress, configuration: SessionConfiguration, maxSessions: Int,
@@ -426,6 +430,7 @@ public final class Pool: @unchecked Sendable {
   private func install(primary session: Session) {
     primarySession = session
     extraSessionsRefused = false
+    preferredRetriesFailed = 0
     sessionGeneration += 1
     link = .up
     linkSince = Date()
@@ -514,16 +519,17 @@ public final class Pool: @unchecked Sendable {
   // MARK: - Going back to the preferred transport
 
   /// While a less preferred transport is in use, tries the more preferred ones every
-  /// keepalive period (at least a second); the first that answers takes over.
+  /// keepalive period (at least a second; up to four after failed tries); the first that
+  /// answers takes over.
   private func schedulePreferredRetry() {
     let period = max(policy.keepaliveInterval ?? .seconds(15), .seconds(1))
-    let due = lock.withLock { () -> Bool in
-      guard policy.enabled, endpoint > 0, !preferredRetryScheduled else { return false }
+    let delay = lock.withLock { () -> Duration? in
+      guard policy.enabled, endpoint > 0, !preferredRetryScheduled else { return nil }
       preferredRetryScheduled = true
-      return true
+      return period * (1 << min(preferredRetriesFailed, 2))
     }
-    guard due else { return }
-    DispatchQueue.global().asyncAfter(deadline: .now() + period.timeInterval) { [self] in
+    guard let delay else { return }
+    DispatchQueue.global().asyncAfter(deadline: .now() + delay.timeInterval) { [self] in
       let using = lock.withLock { () -> Int? in
         preferredRetryScheduled = false
         guard case .up = link else { return nil }
@@ -538,6 +544,7 @@ public final class Pool: @unchecked Sendable {
         else { continue }
         return switchBack(to: session, endpoint: index)
       }
+      lock.withLock { preferredRetriesFailed += 1 }
       schedulePreferredRetry()
     }
   }
