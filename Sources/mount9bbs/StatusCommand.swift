@@ -59,7 +59,7 @@ struct StatusCommand: ParsableCommand {
     if let transport = report.link.transport, let all = report.link.transports, all.count > 1 {
       let rank = (all.firstIndex(of: transport) ?? 0) == 0 ? "preferred" : "fallback"
       text +=
-        "transport: \(transport) (\(rank); of \(all.joined(separator: ", ")); \(report.link.switches ?? 0) switch(es))\n"
+        "transport: \(safe(transport)) (\(rank); of \(safe(all.joined(separator: ", "))); \(report.link.switches ?? 0) switch(es))\n"
     }
     if let outbox = report.outbox { text += "outbox: \(outbox) post(s) waiting\n" }
     for session in report.sessions {
