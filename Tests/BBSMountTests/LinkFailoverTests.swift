@@ -282,4 +282,22 @@ final class LinkFailoverTests: XCTestCase {
     XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("after the thaw") }, logs)
     XCTAssertEqual(count("still down", in: reader.text), 0, "a refused post was sent")
   }
+
+  /// Frozen before the mount ever listed chat/: `echo > chat/post` still goes to the outbox
+  /// (the post file is known by its path) instead of failing, and arrives after the thaw.
+  func testPostBeforeTheChatDirectoryWasListedGoesToTheOutbox() throws {
+    let socket = directory + "/9bbs.sock"
+    let server = try startServer(listening: ["unix!" + socket])
+    let mnt = try mount("unix!" + socket, options: ["keepalive=1", "timeout=3"])
+    server.signal(SIGSTOP)
+    XCTAssertTrue(
+      waitUntil(timeout: 15, interval: 0.1) { self.link(mnt)?["state"] as? String == "down" }, logs)
+    let result = try shell("/bin/echo 'unlisted' > \(mnt)/chat/post", timeout: 30)
+    XCTAssertEqual(result.status, 0, "\(result.output)\n\(logs)")
+    XCTAssertEqual(outbox(mnt), 1)
+    server.signal(SIGCONT)
+    let reader = try startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
+    XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("unlisted") }, logs)
+    XCTAssertTrue(waitUntil(timeout: 10) { self.outbox(mnt) == 0 })
+  }
 }
