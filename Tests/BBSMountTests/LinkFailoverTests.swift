@@ -29,12 +29,12 @@ final class LinkFailoverTests: XCTestCase {
   }
 
   /// Starts 9bbsd with one listener per address, all on one board.
-  func startServer(listening addresses: [String]) throws -> ChildProcess {
+  func startServer(listening addresses: [String], extra: [String] = []) throws -> ChildProcess {
     let child = ChildProcess(
       BuiltProducts.path(of: "9bbsd"),
       addresses.flatMap { ["--listen", $0] } + [
         "--rooms", "lobby,tech", "--data", directory + "/data", "--log-level", "debug",
-      ])
+      ] + extra)
     try child.start()
     server = child
     guard
@@ -299,5 +299,53 @@ final class LinkFailoverTests: XCTestCase {
     let reader = try startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
     XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("unlisted") }, logs)
     XCTAssertTrue(waitUntil(timeout: 10) { self.outbox(mnt) == 0 })
+  }
+
+  /// The seed's case: a board's L2CAP channel (seqpacket with the device profile, behind the
+  /// fault proxy) and a TCP gateway of the same board. The mount uses the device rules on both;
+  /// the channel goes out of range and comes back while posts flow: none lost, each shown
+  /// once, and the board never had to drop a session for a broken wire rule.
+  func testDeviceChannelAndTCPGatewayOfOneBoard() throws {
+    let channel = directory + "/channel.sock"
+    let gateway = "tcp!127.0.0.1!\(try ServerProcess.freePort())"
+    let server = try startServer(
+      listening: ["seqpacket!" + channel, gateway],
+      extra: ["--profile", "device", "--processing-delay", "2"])
+    let proxy = try FaultProxy(
+      listen: .seqpacket(path: directory + "/proxy.sock", sduLimit: 245),
+      server: .seqpacket(path: channel, sduLimit: 245))
+    defer { proxy.stop() }
+    let preferred = "seqpacket!" + directory + "/proxy.sock"
+    let mnt = try mount(preferred + "," + gateway, options: ["keepalive=1", "timeout=10"])
+    func transport() -> String? { link(mnt)?["transport"] as? String }
+    XCTAssertTrue(
+      try sh("\(BuiltProducts.path(of: "mount9bbs")) status \(mnt)").contains("(device profile"))
+    let reader = try startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
+    try sh("echo 'start' > \(mnt)/chat/post")
+    XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("start") }, logs)
+    let posts = 60
+    let writer = try startBackground(
+      "for n in $(seq \(posts)); do echo \"d $n\" > \(mnt)/chat/post || echo FAIL $n >&2; sleep 0.05; done"
+    )
+    XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("d 10\n") }, logs)
+    proxy.setRefusing(true)
+    XCTAssertTrue(
+      waitUntil(timeout: 20, interval: 0.1) { transport() != preferred },
+      "no failover: \(String(describing: self.link(mnt)))\n\(logs)")
+    XCTAssertTrue(transport()?.hasPrefix("tcp!") == true)
+    XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("d 30\n") }, logs)
+    proxy.setRefusing(false)
+    XCTAssertTrue(
+      waitUntil(timeout: 30, interval: 0.1) { transport() == preferred },
+      "did not return to the channel: \(String(describing: self.link(mnt)))\n\(logs)")
+    XCTAssertTrue(writer.wait(timeout: 120), "the writer hung")
+    XCTAssertFalse(writer.text.contains("FAIL"), "posts refused: \(writer.text)")
+    XCTAssertTrue(waitUntil(timeout: 60) { reader.text.contains("d \(posts)\n") }, logs)
+    Thread.sleep(forTimeInterval: 1)  // so that a late duplicate would show
+    XCTAssertEqual(
+      chatTexts(reader.text).filter { $0.hasPrefix("d ") }, (1...posts).map { "d \($0)" },
+      "lines lost, repeated or reordered")
+    let violations = server.text.split(separator: "\n").filter { $0.contains("disconnecting") }
+    XCTAssertEqual(violations, [], "the board dropped a session: \(logs)")
   }
 }
