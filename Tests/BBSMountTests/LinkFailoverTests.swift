@@ -247,7 +247,8 @@ final class LinkFailoverTests: XCTestCase {
     XCTAssertEqual(firsts, expected, "posts lost or reordered on the board")
     print(
       "link-failover: \(posts) posts sent, \(Set(expected).subtracting(board).count) lost, "
-        + "\(board.count - firsts.count) duplicated on the board")
+        + "\(board.count - firsts.count) duplicated on the board "
+        + "\(Dictionary(grouping: board, by: { $0 }).filter { $0.value.count > 1 }.keys.sorted())")
     XCTAssertGreaterThanOrEqual(link(mnt)?["switches"] as? Int ?? 0, 4)
     XCTAssertEqual(link(mnt)?["state"] as? String, "up")
     XCTAssertEqual(
