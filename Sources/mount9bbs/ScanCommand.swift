@@ -13,14 +13,14 @@ import NinePTransport
 
 struct ScanCommand: ParsableCommand {
   static let configuration = CommandConfiguration(
-    commandName: "mount9bbs scan",
+    commandName: "scan",
     abstract: "Find 9BBS boards over Bluetooth LE (9PIS), or 9P servers on the LAN (mDNS).",
     discussion: """
       Without --lan, asks BlueZ for an LE scan filtered on the 9P Information Service, lists \
       each board as it appears, then connects and reads its description, features, transport \
       information, app link and protocol version. With --lan, browses _9p._tcp and _9pfs._tcp \
       through avahi-daemon. Everything found is cached (under $XDG_CACHE_HOME/mount9bbs), so \
-      `mount9bbs ble!NAME MOUNTPOINT` or `mount9bbs mdns!NAME MOUNTPOINT` needs no new scan.
+      `mount9bbs ble:NAME MOUNTPOINT` or `mount9bbs mdns:NAME MOUNTPOINT` needs no new scan.
 
       Exit status: 0 when something was found, 1 otherwise.
       """)

@@ -80,6 +80,7 @@ struct NodeAttributes: Sendable {
     if let server = node.stat?.mtime, server != 0, case .file = node.kind {
       mtime = Date(timeIntervalSince1970: TimeInterval(server))
     }
+    attributes.st_mode &= ~mode_t(options.umask & 0o777)
     attributes.st_blocks = (attributes.st_size + 511) / 512
     let spec = timespec(
       tv_sec: Int(mtime.timeIntervalSince1970),
