@@ -60,51 +60,89 @@ final class InstallTests: XCTestCase {
     defer { try? FileManager.default.removeItem(atPath: scratch) }
     try sh("cp \(prefix)/\(units[0]) \(scratch)/")
     try sh("cp \(prefix)/\(units[1]) \(scratch)/mount9bbs@grid.service")
+    // The user manager's directories: a private XDG_RUNTIME_DIR and config home.
     let verify = try shell(
       "cd \(scratch) && systemd-analyze verify --man=no 9bbsd.service 2>&1 && "
+        + "XDG_RUNTIME_DIR=\(scratch) XDG_CONFIG_HOME=\(scratch) "
         + "systemd-analyze --user verify --man=no mount9bbs@grid.service 2>&1")
     XCTAssertEqual(verify.status, 0, verify.output)
     XCTAssertFalse(verify.output.contains("bad-setting"), verify.output)
   }
 
-  /// mount(8) and fstab mount through the installed mount9bbs: `mount -t fuse.mount9bbs`,
-  /// `mount -a -T FSTAB`, and the `mount.mount9bbs` helper directly; `umount` unmounts.
+  /// mount(8) and fstab mount through the installed mount9bbs: `mount -t fuse.mount9bbs` and
+  /// `mount -a -T FSTAB`; `umount` unmounts. mount(8) runs /sbin/mount.fuse with a clean PATH,
+  /// which finds `mount9bbs` in /usr/local/bin: a private mount namespace puts the scratch
+  /// prefix's binaries there, and the checks run inside it.
   func testMountCommandAndFstab() throws {
     let server = try ServerProcess(transport: "tcp")
     addTeardownBlock { server.stop() }
     let address = server.address.replacingOccurrences(of: "!", with: ":")
+    let directory = try mountDirectory()
+    let mountpoint = directory + "/mnt"
+    let fstab = directory + "/fstab"
+    try "\(address) \(mountpoint) fuse.mount9bbs defaults,_netdev,nofail,uname=bob,reconnect 0 0\n"
+      .write(toFile: fstab, atomically: true, encoding: .utf8)
+    let script = """
+      set -e
+      mount --bind \(prefix)/bin /usr/local/bin
+      export XDG_STATE_HOME=\(directory)
+      mount -t fuse.mount9bbs -o uname=alice \(address) \(mountpoint)
+      echo "type: $(findmnt -n -o FSTYPE \(mountpoint))"
+      mount9bbs status \(mountpoint)
+      cat \(mountpoint)/etc/boardname >/dev/null
+      umount \(mountpoint)
+      echo "after umount: $(findmnt -n -o FSTYPE \(mountpoint) || echo none)"
+      mount -a -T \(fstab)
+      echo "type: $(findmnt -n -o FSTYPE \(mountpoint))"
+      mount9bbs status \(mountpoint)
+      umount \(mountpoint)
+      echo done
+      """
+    let result = try shell(
+      "unshare --mount --propagation private sh -c '\(script)' 2>&1", timeout: 60)
+    XCTAssertEqual(result.status, 0, result.output)
+    XCTAssertEqual(
+      result.output.components(separatedBy: "type: fuse.mount9bbs").count - 1, 2, result.output)
+    XCTAssertTrue(result.output.contains("user alice"), result.output)
+    XCTAssertTrue(result.output.contains("user bob"), result.output)
+    XCTAssertTrue(result.output.contains("after umount: none"), result.output)
+    XCTAssertTrue(result.output.hasSuffix("done\n"), result.output)
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { mountDaemons(serving: mountpoint).isEmpty },
+      "umount left a daemon")
+  }
+
+  /// The helper called as mount(8) calls it (`mount.mount9bbs SOURCE DIR -o OPTIONS`), and
+  /// its fake mode (`-f`).
+  func testMountHelperCall() throws {
+    let server = try ServerProcess(transport: "tcp")
+    addTeardownBlock { server.stop() }
+    let address = server.address.replacingOccurrences(of: "!", with: ":")
+    let directory = try mountDirectory()
+    let mountpoint = directory + "/mnt"
+    let helper = "\(prefix)/sbin/mount.mount9bbs"
+    let fake = try shell("\(helper) \(address) \(mountpoint) -f -o rw 2>&1")
+    XCTAssertEqual(fake.status, 0, fake.output)
+    XCTAssertFalse(isMounted(mountpoint), "-f (fake) mounted")
+    let mounted = try shell(
+      "XDG_STATE_HOME=\(directory) \(helper) \(address) \(mountpoint) -o rw,nosuid,nodev,uname=carol 2>&1")
+    XCTAssertEqual(mounted.status, 0, mounted.output)
+    try expectServing(mountpoint, as: "carol")
+    XCTAssertEqual(try shell("umount \(mountpoint) 2>&1").status, 0)
+    XCTAssertTrue(waitUntil(timeout: 10) { mountDaemons(serving: mountpoint).isEmpty })
+  }
+
+  /// A private directory with an empty `mnt`, cleaned up (mount and daemons too) on teardown.
+  private func mountDirectory() throws -> String {
     let directory = try makeTemporaryDirectory("mount9bbs-fstab")
     let mountpoint = directory + "/mnt"
     try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: false)
     addTeardownBlock {
-      forceUnmount(mountpoint)
       for pid in mountDaemons(serving: mountpoint) { kill(pid, SIGKILL) }
+      forceUnmount(mountpoint)
       if !isMounted(mountpoint) { try? FileManager.default.removeItem(atPath: directory) }
     }
-    let path = "PATH=\(prefix)/bin:\(prefix)/sbin:$PATH XDG_STATE_HOME=\(directory)"
-
-    let typed = try shell(
-      "\(path) mount -t fuse.mount9bbs -o uname=alice \(address) \(mountpoint) 2>&1")
-    XCTAssertEqual(typed.status, 0, typed.output)
-    try expectServing(mountpoint, as: "alice")
-    XCTAssertEqual(try shell("umount \(mountpoint) 2>&1").status, 0)
-    XCTAssertTrue(waitUntil(timeout: 10) { mountDaemons(serving: mountpoint).isEmpty })
-
-    let fstab = directory + "/fstab"
-    try "\(address) \(mountpoint) fuse.mount9bbs defaults,_netdev,nofail,uname=bob,reconnect 0 0\n"
-      .write(toFile: fstab, atomically: true, encoding: .utf8)
-    let all = try shell("\(path) mount -a -T \(fstab) 2>&1")
-    XCTAssertEqual(all.status, 0, all.output)
-    try expectServing(mountpoint, as: "bob")
-    XCTAssertEqual(try shell("umount \(mountpoint) 2>&1").status, 0)
-    XCTAssertTrue(waitUntil(timeout: 10) { mountDaemons(serving: mountpoint).isEmpty })
-
-    let helper = try shell(
-      "\(path) \(prefix)/sbin/mount.mount9bbs \(address) \(mountpoint) -o rw,uname=carol 2>&1")
-    XCTAssertEqual(helper.status, 0, helper.output)
-    try expectServing(mountpoint, as: "carol")
-    XCTAssertEqual(try shell("\(prefix)/bin/mount9bbs -u \(mountpoint) 2>&1").status, 0)
-    XCTAssertFalse(isMounted(mountpoint))
+    return directory
   }
 
   /// The mount serves, under `uname`, with the mount9bbs type.
