@@ -26,7 +26,8 @@ public struct BoardReference: Sendable, Hashable, CustomStringConvertible {
     guard !rest.isEmpty else {
       throw .badBoardName(
         text,
-        reason: "no name after '\(text[bang])'; list boards with: mount9bbs scan\(kind == .lan ? " --lan" : "")"
+        reason:
+          "no name after '\(text[bang])'; list boards with: mount9bbs scan\(kind == .lan ? " --lan" : "")"
       )
     }
     name = rest

@@ -165,7 +165,8 @@ private struct DialStringParser {
       }
       return try parseL2CAP([pieces[0..<6].joined(separator: ":")] + pieces[6...])
     case "fd":
-      return try parseFD(rest.split(separator: ":", omittingEmptySubsequences: false).map(String.init))
+      return try parseFD(
+        rest.split(separator: ":", omittingEmptySubsequences: false).map(String.init))
     default:
       return nil
     }

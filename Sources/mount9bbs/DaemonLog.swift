@@ -92,8 +92,10 @@ struct DaemonLogHandler: LogHandler {
     var text = "\(event.message)"
     let merged = metadata.merging(event.metadata ?? [:]) { $1 }
     if !merged.isEmpty {
-      text += " " + merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(
-        separator: " ")
+      text +=
+        " "
+        + merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(
+          separator: " ")
     }
     switch DaemonLog.sink.withLock({ $0 }) {
     case .standardError:

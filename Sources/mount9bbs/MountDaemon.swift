@@ -40,12 +40,14 @@ struct MountDaemon {
   private func serve(logger: Logger) throws(MountError) {
     // Local problems first: they are quick to find and need no server.
     // A detached daemon's log file is opened now, so a bad path fails the mount.
-    let logFD = try options.logFile.map { path throws(MountError) in try DaemonLog.openLogFile(path) }
+    let logFD = try options.logFile.map { path throws(MountError) in try DaemonLog.openLogFile(path)
+    }
     let absoluteMountpoint = RuntimeRecord.absolute(mountpoint)
     if let type = MountTable.type(at: absoluteMountpoint) {
       let kind = type == MountTable.ownType ? "a mount9bbs mount" : "mounted (\(type))"
       throw .refused(
-        "\(absoluteMountpoint) is already \(kind); unmount it first (mount9bbs -u) or mount elsewhere")
+        "\(absoluteMountpoint) is already \(kind); unmount it first (mount9bbs -u) or mount elsewhere"
+      )
     }
     do throws(FuseSessionError) {
       try FuseSession.checkDevice()

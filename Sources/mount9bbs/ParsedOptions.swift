@@ -133,7 +133,8 @@ struct ParsedOptions {
       case "umask":
         let text = try required()
         guard let mask = UInt32(text, radix: 8), mask <= 0o777 else {
-          throw Invalid(description: "option umask=\(text): expected octal permission bits, e.g. 022")
+          throw Invalid(
+            description: "option umask=\(text): expected octal permission bits, e.g. 022")
         }
         umask = mask
       case "idmap":
@@ -143,7 +144,8 @@ struct ParsedOptions {
         }
       case "subtype":
         throw Invalid(
-          description: "option subtype= is mount9bbs's own (fuse.mount9bbs); status and -u rely on it")
+          description:
+            "option subtype= is mount9bbs's own (fuse.mount9bbs); status and -u rely on it")
       case "debug": debug = true
       case "max_read": maxRead = UInt32(try number(4096...(16 << 20)))
       case "log": logFile = try required()

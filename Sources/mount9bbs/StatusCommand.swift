@@ -70,7 +70,8 @@ struct StatusCommand: ParsableCommand {
       if json {
         // One document a line, for `jq`.
         let compact = (try? JSONSerialization.jsonObject(with: data)).flatMap {
-          try? JSONSerialization.data(withJSONObject: $0, options: [.sortedKeys, .withoutEscapingSlashes])
+          try? JSONSerialization.data(
+            withJSONObject: $0, options: [.sortedKeys, .withoutEscapingSlashes])
         }
         FileHandle.standardOutput.write((compact ?? data) + Data("\n".utf8))
       } else {

@@ -83,7 +83,8 @@ final class CommandConventionsTests: XCTestCase {
     ] {
       for foreground in [false, true] {
         let result = try run(
-          "mount9bbs", (foreground ? ["-f"] : []) + ["-o", option, server.address, directory + "/mnt"])
+          "mount9bbs",
+          (foreground ? ["-f"] : []) + ["-o", option, server.address, directory + "/mnt"])
         XCTAssertNotEqual(result.status, 0, result.output)
         XCTAssertTrue(result.output.contains(phrase), "\(option): \(result.output)")
         XCTAssertFalse(result.output.contains("libfuse rejected"), result.output)
@@ -101,8 +102,12 @@ final class CommandConventionsTests: XCTestCase {
       "reconnect,ServerAliveInterval=5,ServerAliveCountMax=3,idmap=user,uid=1234,gid=4321,umask=077"
     let mounted = try run("mount9bbs", ["-o", options, server.address, mountpoint])
     XCTAssertEqual(mounted.status, 0, mounted.output)
-    XCTAssertEqual(try sh("stat -c '%u %g %a' \(mountpoint)/etc/motd").trimmingCharacters(in: .newlines), "1234 4321 600")
-    XCTAssertEqual(try sh("stat -c '%u %g %a' \(mountpoint)/chat").trimmingCharacters(in: .newlines), "1234 4321 700")
+    XCTAssertEqual(
+      try sh("stat -c '%u %g %a' \(mountpoint)/etc/motd").trimmingCharacters(in: .newlines),
+      "1234 4321 600")
+    XCTAssertEqual(
+      try sh("stat -c '%u %g %a' \(mountpoint)/chat").trimmingCharacters(in: .newlines),
+      "1234 4321 700")
     XCTAssertEqual(try run("mount9bbs", ["-u", mountpoint]).status, 0)
   }
 
@@ -156,6 +161,64 @@ final class CommandConventionsTests: XCTestCase {
     XCTAssertEqual(try run("mount9bbs", ["-u", mountpoint]).status, 0)
   }
 
+  /// Without `log=`, a detached daemon logs to the journal: a stand-in journald (a listener on
+  /// the journal's stream socket, in a private mount namespace with its own /run) receives the
+  /// daemon's lines with their syslog priority, here the warning that the server went away.
+  func testDetachedDaemonLogsToJournal() throws {
+    let server = try startServer()
+    let directory = try temporaryDirectory()
+    let mountpoint = directory + "/mnt"
+    let received = directory + "/journal.txt"
+    let listener = directory + "/journald.py"
+    try """
+    import os, socket, sys, threading
+    # Inherited descriptors (the test's output pipe among them) must not outlive the script.
+    os.closerange(3, 65536)
+    path, out = sys.argv[1], sys.argv[2]
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(8)
+    open(out + ".pid", "w").write(str(os.getpid()))
+    def serve(connection):
+        with open(out, "ab", buffering=0) as log:
+            while True:
+                data = connection.recv(4096)
+                if not data:
+                    return
+                log.write(data)
+    while True:
+        connection, _ = server.accept()
+        threading.Thread(target=serve, args=(connection,), daemon=True).start()
+    """.write(toFile: listener, atomically: true, encoding: .utf8)
+    addTeardownBlock {
+      if let text = try? String(contentsOfFile: received + ".pid", encoding: .utf8),
+        let pid = pid_t(text)
+      {
+        kill(pid, SIGKILL)
+      }
+    }
+    let script = """
+      set -e
+      mount -t tmpfs tmpfs /run
+      mkdir -p /run/systemd/journal
+      python3 \(listener) /run/systemd/journal/stdout \(received) >/dev/null 2>&1 &
+      while [ ! -S /run/systemd/journal/stdout ]; do sleep 0.05; done
+      XDG_RUNTIME_DIR=\(directory) XDG_STATE_HOME=\(directory) \(binary("mount9bbs")) \(server.address) \(mountpoint)
+      ls \(mountpoint)/etc >/dev/null
+      """
+    let mounted = try shell(
+      "timeout 60 unshare --mount --propagation private sh -c '\(script)' 2>&1", timeout: 90)
+    XCTAssertEqual(mounted.status, 0, mounted.output)
+    let journal = { (try? String(contentsOfFile: received, encoding: .utf8)) ?? "" }
+    // The stream's header names the program; then the daemon's own first line.
+    XCTAssertTrue(waitUntil(timeout: 10) { journal().hasPrefix("mount9bbs\n") }, journal())
+    server.stop()
+    XCTAssertTrue(
+      waitUntil(timeout: 30) { journal().contains("<4>link to \(server.address) lost") }, journal())
+    for pid in mountDaemons(serving: mountpoint) { kill(pid, SIGTERM) }
+    XCTAssertTrue(waitUntil(timeout: 10) { mountDaemons(serving: mountpoint).isEmpty })
+  }
+
   func testUnwritableLogFileFailsTheMount() throws {
     let server = try startServer()
     let directory = try temporaryDirectory()
@@ -205,7 +268,8 @@ final class CommandConventionsTests: XCTestCase {
     let documents = json.output.split(separator: "\n").filter { $0.contains(directory) }
     XCTAssertEqual(documents.count, 2, json.output)
     for document in documents {
-      XCTAssertNoThrow(try JSONSerialization.jsonObject(with: Data(document.utf8)), String(document))
+      XCTAssertNoThrow(
+        try JSONSerialization.jsonObject(with: Data(document.utf8)), String(document))
     }
     for mountpoint in [directory + "/mnt", second] {
       XCTAssertEqual(try run("mount9bbs", ["-u", mountpoint]).status, 0)

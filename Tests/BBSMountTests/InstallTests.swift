@@ -28,7 +28,9 @@ final class InstallTests: XCTestCase {
     ] {
       XCTAssertTrue(FileManager.default.fileExists(atPath: prefix + "/" + path), path)
     }
-    XCTAssertEqual(try sh("\(prefix)/sbin/mount.mount9bbs --version"), try sh("\(prefix)/bin/mount9bbs --version"))
+    XCTAssertEqual(
+      try sh("\(prefix)/sbin/mount.mount9bbs --version"),
+      try sh("\(prefix)/bin/mount9bbs --version"))
     // The man page is readable by man(1)'s formatter and names every subcommand.
     let page = try shell("MANWIDTH=100 man -l \(prefix)/share/man/man1/mount9bbs.1 2>&1 | col -b")
     XCTAssertEqual(page.status, 0, page.output)
@@ -125,7 +127,8 @@ final class InstallTests: XCTestCase {
     XCTAssertEqual(fake.status, 0, fake.output)
     XCTAssertFalse(isMounted(mountpoint), "-f (fake) mounted")
     let mounted = try shell(
-      "XDG_STATE_HOME=\(directory) \(helper) \(address) \(mountpoint) -o rw,nosuid,nodev,uname=carol 2>&1")
+      "XDG_STATE_HOME=\(directory) \(helper) \(address) \(mountpoint) -o rw,nosuid,nodev,uname=carol 2>&1"
+    )
     XCTAssertEqual(mounted.status, 0, mounted.output)
     try expectServing(mountpoint, as: "carol")
     XCTAssertEqual(try shell("umount \(mountpoint) 2>&1").status, 0)
@@ -150,7 +153,8 @@ final class InstallTests: XCTestCase {
     _ mountpoint: String, as uname: String, file: StaticString = #filePath, line: UInt = #line
   ) throws {
     XCTAssertTrue(isMounted(mountpoint), file: file, line: line)
-    let type = try sh("findmnt -n -o FSTYPE \(mountpoint)").trimmingCharacters(in: .whitespacesAndNewlines)
+    let type = try sh("findmnt -n -o FSTYPE \(mountpoint)").trimmingCharacters(
+      in: .whitespacesAndNewlines)
     XCTAssertEqual(type, "fuse.mount9bbs", file: file, line: line)
     let status = try sh("\(prefix)/bin/mount9bbs status \(mountpoint)")
     XCTAssertTrue(status.contains("user \(uname)"), status, file: file, line: line)

@@ -55,10 +55,14 @@ final class DialStringTests: XCTestCase {
       ("unix:/run/9bbs.sock", "unix!/run/9bbs.sock", "unix:/run/9bbs.sock"),
       ("seqpacket:/tmp/s", "seqpacket!/tmp/s", "seqpacket:/tmp/s"),
       ("seqpacket:/tmp/s:64", "seqpacket!/tmp/s!64", "seqpacket:/tmp/s:64"),
-      ("l2cap:C0:FF:EE:00:00:01:0x0080", "l2cap!C0:FF:EE:00:00:01!0x0080",
-        "l2cap:C0:FF:EE:00:00:01:0x0080"),
-      ("l2cap:c0:ff:ee:0a:0b:0c:9:public", "l2cap!c0:ff:ee:0a:0b:0c!9!public",
-        "l2cap:C0:FF:EE:0A:0B:0C:0x0009:public"),
+      (
+        "l2cap:C0:FF:EE:00:00:01:0x0080", "l2cap!C0:FF:EE:00:00:01!0x0080",
+        "l2cap:C0:FF:EE:00:00:01:0x0080"
+      ),
+      (
+        "l2cap:c0:ff:ee:0a:0b:0c:9:public", "l2cap!c0:ff:ee:0a:0b:0c!9!public",
+        "l2cap:C0:FF:EE:0A:0B:0C:0x0009:public"
+      ),
       ("fd:3", "fd!3", "fd:3"),
       ("fd:3:4", "fd!3!4", "fd:3:4"),
     ]
