@@ -99,7 +99,7 @@ struct DaemonLogHandler: LogHandler {
     }
     switch DaemonLog.sink.withLock({ $0 }) {
     case .standardError:
-      let stamp = ISO8601DateFormatter().string(from: Date())
+      let stamp = Date().formatted(.iso8601)
       Diagnostics.fail("\(stamp) \(event.level) \(label): \(text)")
     case .journal:
       // sd-journal's level prefix: one line, one priority.

@@ -69,6 +69,45 @@ final class CommandConventionsTests: XCTestCase {
     }
   }
 
+  /// The checked-in man pages (generated from the commands by `scripts/generate-man`) still
+  /// say what `--help` says: every long option of every (sub)command is in its page.
+  func testManPagesCoverEveryOption() throws {
+    let pages: [(String, [[String]])] = [
+      (
+        "mount9bbs",
+        [
+          ["--help"], ["help", "mount"], ["help", "unmount"], ["help", "status"],
+          ["help", "scan"],
+        ]
+      ),
+      ("9bbsd", [["--help"]]),
+      ("mount9bbs-bench", [["--help"]]),
+    ]
+    for (name, helps) in pages {
+      let page = try String(
+        contentsOfFile: PackagePaths.path("contrib/man/\(name).1"), encoding: .utf8)
+      for arguments in helps {
+        let help = try run(name, arguments)
+        XCTAssertEqual(help.status, 0, help.output)
+        let options = help.output.split(separator: "\n")
+          .filter { $0.hasPrefix("  -") }
+          .flatMap { line in
+            // The option column only: it ends where two spaces start the description.
+            let column = line.trimmingCharacters(in: .whitespaces).components(separatedBy: "  ")[0]
+            return column.split(separator: " ").filter { $0.hasPrefix("--") }.map {
+              $0.trimmingCharacters(in: CharacterSet(charactersIn: ","))
+            }
+          }
+        XCTAssertFalse(options.isEmpty, "\(name) \(arguments): no options in \(help.output)")
+        for option in options {
+          XCTAssertTrue(
+            page.contains("Fl \(option.dropFirst())"),
+            "contrib/man/\(name).1 lacks \(option) (run scripts/generate-man)")
+        }
+      }
+    }
+  }
+
   // MARK: - Item 4: sshfs's option names; unknown options named
 
   func testUnknownAndSshfsOnlyOptionsAreNamed() throws {
