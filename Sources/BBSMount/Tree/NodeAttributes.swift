@@ -86,6 +86,7 @@ struct NodeAttributes: Sendable {
       mtime = Date(timeIntervalSince1970: TimeInterval(server.mtime))
       if server.atime != 0 { atime = Date(timeIntervalSince1970: TimeInterval(server.atime)) }
     }
+    attributes.st_mode &= ~mode_t(options.umask & 0o777)
     attributes.st_blocks = (attributes.st_size + 511) / 512
     func spec(_ date: Date) -> timespec {
       timespec(
