@@ -80,7 +80,9 @@ struct NodeAttributes: Sendable {
     if let server = node.stat?.mtime, server != 0, case .file = node.kind {
       mtime = Date(timeIntervalSince1970: TimeInterval(server))
     }
-    attributes.st_blocks = (attributes.st_size + 511) / 512
+    // Rounded up without overflow: a server may list a length of 2⁶⁴−1 (clamped to Int.max).
+    let size = max(0, attributes.st_size)
+    attributes.st_blocks = size / 512 + (size % 512 == 0 ? 0 : 1)
     let spec = timespec(
       tv_sec: Int(mtime.timeIntervalSince1970),
       tv_nsec: Int((mtime.timeIntervalSince1970.truncatingRemainder(dividingBy: 1)) * 1e9))
