@@ -34,6 +34,32 @@ final class SessionTests: XCTestCase {
     }
   }
 
+  func testAnHTTPServerIsNotNineP() throws {
+    // A real socket, as the user meets it: a web server answers the handshake in text.
+    let listener = try Listener(address: .tcp(host: "127.0.0.1", port: 0))
+    addTeardownBlock { listener.close() }
+    let thread = Thread {
+      guard let peer = try? listener.accept() else { return }
+      _ = try? peer.receiveRaw(maxBytes: 4096)
+      try? peer.sendRaw(Array("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n".utf8))
+      Thread.sleep(forTimeInterval: 1)
+      peer.close()
+    }
+    thread.start()
+    let transport = try SocketTransport.connect(to: listener.boundAddress)
+    do {
+      _ = try Session.connect(
+        transport: transport,
+        configuration: SessionConfiguration(profile: .multiplex, uname: "glenda"))
+      XCTFail("a web server was taken for a 9P server")
+    } catch {
+      XCTAssertTrue(
+        error.description.contains("not a 9P server") && error.description.contains("HTTP"),
+        "\(error)")
+      XCTAssertFalse(error.description.contains("msize"), "\(error)")
+    }
+  }
+
   func testRefusesOtherDialects() throws {
     let (client, server) = MemoryTransport.pair()
     let thread = Thread {
