@@ -147,7 +147,7 @@ if ProcessInfo.processInfo.environment["MOUNT9BBS_FUZZ"] != nil {
     .target(
       name: "FuzzListing",
       dependencies: [
-        "BBSMount", "NinePClient", "NinePProtocol", "NinePTransport",
+        "BBSMount", "FuseKit", "NinePClient", "NinePProtocol", "NinePTransport",
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "fuzz/FuzzListing"))

@@ -130,12 +130,6 @@ final class HostileServerTests: XCTestCase {
 
   // MARK: Item 3: Ctrl-C whatever the server does
 
-  /// Whether process `pid` waits in the kernel for a FUSE reply.
-  private static func waitsForFuse(_ pid: pid_t) -> Bool {
-    let wchan = (try? String(contentsOfFile: "/proc/\(pid)/wchan", encoding: .utf8)) ?? ""
-    return wchan.contains("request_wait_answer") || wchan.contains("fuse")
-  }
-
   /// Starts `program` on a stalled server and expects it to end on Ctrl-C (see below).
   private func assertInterruptible(
     _ program: String, _ arguments: [String], file: StaticString = #filePath, line: UInt = #line
@@ -156,12 +150,12 @@ final class HostileServerTests: XCTestCase {
     let pid = child.process.processIdentifier
     let name = child.process.arguments ?? []
     XCTAssertTrue(
-      waitUntil(timeout: 15) { Self.waitsForFuse(pid) || !child.isRunning },
+      waitUntil(timeout: 15) { waitsForFuse(pid) || !child.isRunning },
       "\(name) never waited for the mount", file: file, line: line)
     // Give the request time to reach the server when it is the one that asks.
     _ = waitUntil(timeout: 1) { self.server.stalledCount > before }
     XCTAssertTrue(
-      child.isRunning && Self.waitsForFuse(pid), "\(name) did not wait: \(child.text)",
+      child.isRunning && waitsForFuse(pid), "\(name) did not wait: \(child.text)",
       file: file, line: line)
     let interrupted = ContinuousClock.now
     child.signal(SIGINT)
@@ -211,5 +205,33 @@ final class HostileServerTests: XCTestCase {
     XCTAssertEqual(try run("cat '\(path("etc/motd"))'").output, "hello\n")
     XCTAssertEqual(try run("ls '\(path("badname"))'").output, "ok\n")
     assertAlive()
+  }
+}
+
+/// Whether process `pid` waits in the kernel for a FUSE reply.
+func waitsForFuse(_ pid: pid_t) -> Bool {
+  let wchan = (try? String(contentsOfFile: "/proc/\(pid)/wchan", encoding: .utf8)) ?? ""
+  return wchan.contains("request_wait_answer") || wchan.contains("fuse")
+}
+
+/// The issue's own case: the real 9bbsd stopped with SIGSTOP while the mount's timeout is a
+/// minute; `cat` of a file gets Ctrl-C and must end at once.
+final class StoppedServerTests: XCTestCase {
+  func testCtrlCEndsACatWhileTheServerIsStopped() throws {
+    let rig = try MountRig.start(.multiplexTCP, for: self, mountOptions: ["timeout=60"])
+    let server = rig.server.child
+    server.signal(SIGSTOP)
+    addTeardownBlock { server.signal(SIGCONT) }
+    let cat = ChildProcess("/bin/cat", [rig.path("etc/motd")])
+    try cat.start()
+    addTeardownBlock { cat.stop(grace: 2) }
+    let pid = cat.process.processIdentifier
+    XCTAssertTrue(waitUntil(timeout: 15) { waitsForFuse(pid) || !cat.isRunning }, cat.text)
+    XCTAssertTrue(cat.isRunning, "cat did not wait: \(cat.text)")
+    cat.signal(SIGINT)
+    XCTAssertTrue(cat.wait(timeout: 5), "cat ignored Ctrl-C")
+    server.signal(SIGCONT)
+    XCTAssertEqual(try sh("cat '\(rig.path("etc/motd"))'", timeout: 30).isEmpty, false)
+    rig.assertNoViolations()
   }
 }

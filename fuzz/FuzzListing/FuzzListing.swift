@@ -8,6 +8,7 @@
 
 import Dispatch
 import Foundation
+import FuseKit
 import Logging
 import NinePClient
 import NinePProtocol
@@ -113,7 +114,7 @@ struct Fixture: @unchecked Sendable {
   }
 }
 
-nonisolated(unsafe) let fixture = Fixture()
+let fixture = Fixture()
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzListing(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
