@@ -222,12 +222,26 @@ final class StoppedServerTests: XCTestCase {
     let server = rig.server.child
     server.signal(SIGSTOP)
     addTeardownBlock { server.signal(SIGCONT) }
+    let serverPID = server.process.processIdentifier
+    XCTAssertTrue(
+      waitUntil(timeout: 15) {
+        let status = (try? String(contentsOfFile: "/proc/\(serverPID)/stat", encoding: .utf8)) ?? ""
+        return status.split(separator: ")").last?.split(separator: " ").first == "T"
+      }, "9bbsd did not stop")
     let cat = ChildProcess("/bin/cat", [rig.path("etc/motd")])
     try cat.start()
     addTeardownBlock { cat.stop(grace: 2) }
     let pid = cat.process.processIdentifier
     XCTAssertTrue(waitUntil(timeout: 15) { waitsForFuse(pid) || !cat.isRunning }, cat.text)
-    XCTAssertTrue(cat.isRunning, "cat did not wait: \(cat.text)")
+    // The mount's request has reached the stopped server: it lies unread in its socket.
+    let port = rig.server.address.split(separator: "!").last.map(String.init) ?? ""
+    XCTAssertTrue(
+      waitUntil(timeout: 15) {
+        let sockets = (try? shell("ss -Htn state established '( sport = :\(port) )'"))?.output
+        return sockets?.split(separator: "\n").contains { $0.split(separator: " ").first != "0" }
+          ?? false
+      }, "no request reached the stopped server")
+    XCTAssertTrue(cat.isRunning && waitsForFuse(pid), "cat did not wait: \(cat.text)")
     cat.signal(SIGINT)
     XCTAssertTrue(cat.wait(timeout: 5), "cat ignored Ctrl-C")
     server.signal(SIGCONT)
