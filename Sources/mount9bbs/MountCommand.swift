@@ -162,8 +162,15 @@ struct Mount9BBS: ParsableCommand {
 
   private func runUnmount(_ path: String) throws {
     // A live daemon is asked to stop: it answers blocked readers and unmounts itself.
-    let record = RuntimeRecord(mountpoint: path)
-    if let pid = record.livePID, FuseSession.isFuseMount(path: path) {
+    let record: RuntimeRecord?
+    do {
+      record = try RuntimeRecord(mountpoint: path)
+    } catch {
+      // Unmounting needs no record; only stopping the daemon politely does.
+      Diagnostics.fail("mount9bbs: \(error); unmounting without asking its daemon")
+      record = nil
+    }
+    if let pid = record?.livePID, FuseSession.isFuseMount(path: path) {
       kill(pid, SIGTERM)
       let deadline = Date(timeIntervalSinceNow: 5)
       while FuseSession.isFuseMount(path: path) && Date() < deadline {
@@ -173,7 +180,7 @@ struct Mount9BBS: ParsableCommand {
     }
     do {
       try FuseSession.unmount(path: path)
-      record.remove()
+      record?.remove()
     } catch {
       Diagnostics.fail("mount9bbs: \(error)")
       throw ExitCode(1)
@@ -183,8 +190,9 @@ struct Mount9BBS: ParsableCommand {
 
 /// Writes a line to stderr (Swift 6 rejects touching `stderr` directly).
 enum Diagnostics {
+  /// Writes `message` as a line; control characters in it (from a server's error string, a
+  /// board's name) are shown escaped rather than sent to the terminal.
   static func fail(_ message: String) {
-    let line = message.hasSuffix("\n") ? message : message + "\n"
-    _ = line.utf8CString.withUnsafeBufferPointer { write(2, $0.baseAddress, $0.count - 1) }
+    Console.error(message)
   }
 }

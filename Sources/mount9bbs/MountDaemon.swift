@@ -91,6 +91,15 @@ struct MountDaemon {
       throw .local("\(error)")
     }
 
+    // Checked before mounting: a mount that `-u` and `status` could not find is worse than
+    // none.
+    let runtimeDirectory: String
+    do {
+      runtimeDirectory = try RuntimeRecord.directory()
+    } catch {
+      throw .runtime(error)
+    }
+
     var fuseOptions = FuseMountOptions()
     fuseOptions.fsName = "9bbs:" + (address?.description ?? "local")
     fuseOptions.subtype = "mount9bbs"
@@ -111,8 +120,8 @@ struct MountDaemon {
     }
     // The server going away ends nothing here: readers wait and requests time out with a
     // clear errno (reconnecting is the pool's business).
-    RuntimeRecord.sweepStale()
-    let record = RuntimeRecord(mountpoint: mountpoint)
+    RuntimeRecord.sweepStale(in: runtimeDirectory)
+    let record = RuntimeRecord(mountpoint: mountpoint, in: runtimeDirectory)
     record.write(pid: getpid())
     defer { record.remove() }
     let shownMountpoint = RuntimeRecord.absolute(mountpoint)
@@ -190,6 +199,7 @@ enum MountError: Error, CustomStringConvertible {
   case fuse(FuseSessionError)
   case connect(address: String, NinePError)
   case local(String)
+  case runtime(RuntimeDirectoryError)
 
   var description: String {
     switch self {
@@ -206,6 +216,8 @@ enum MountError: Error, CustomStringConvertible {
       return "cannot mount \(address): \(error)"
     case .local(let text):
       return "cannot start the built-in BBS: \(text)"
+    case .runtime(let error):
+      return "\(error)"
     }
   }
 }

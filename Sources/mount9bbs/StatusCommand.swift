@@ -16,7 +16,13 @@ struct StatusCommand: ParsableCommand {
   var mountpoint: String
 
   func run() throws {
-    let record = RuntimeRecord(mountpoint: mountpoint)
+    let record: RuntimeRecord
+    do {
+      record = try RuntimeRecord(mountpoint: mountpoint)
+    } catch {
+      Diagnostics.fail("mount9bbs: \(error)")
+      throw ExitCode(1)
+    }
     let data: Data
     do {
       data = try ControlSocket.request(record.controlPath)
@@ -38,28 +44,31 @@ struct StatusCommand: ParsableCommand {
       Diagnostics.fail("mount9bbs: the daemon sent an unreadable status")
       throw ExitCode(1)
     }
-    print(Self.render(report), terminator: "")
+    Console.output(Self.render(report))
   }
 
+  /// The report as text; every string that came from the server or its address is escaped.
   static func render(_ report: StatusReport) -> String {
+    let safe = { (text: String) in TerminalText.escaped(text) }
     let since = Int(Date().timeIntervalSince(report.link.since))
     var text =
-      "\(report.mountpoint): \(report.address) (\(report.profile) profile, user \(report.uname), pid \(report.pid))\n"
-    text += "link: \(report.link.state) for \(since) s"
-    if let reason = report.link.reason { text += " (\(reason))" }
+      "\(safe(report.mountpoint)): \(safe(report.address)) (\(safe(report.profile)) profile, user \(safe(report.uname)), pid \(report.pid))\n"
+    text += "link: \(safe(report.link.state)) for \(since) s"
+    if let reason = report.link.reason { text += " (\(safe(reason)))" }
     text += ", \(report.link.reconnects) reconnect(s)\n"
     if let outbox = report.outbox { text += "outbox: \(outbox) post(s) waiting\n" }
     for session in report.sessions {
       text += String(
         format:
           "session %@: %@ msize %u, %d in flight, %d queued, %d parked, rtt %.1f ms, in %llu msg/%llu B, out %llu msg/%llu B\n",
-        session.role, session.open ? "open" : "closed", session.msize, session.requestsInFlight,
+        safe(session.role), session.open ? "open" : "closed", session.msize,
+        session.requestsInFlight,
         session.requestsQueued, session.parkedReads, session.roundTripMilliseconds,
         session.messagesIn, session.bytesIn, session.messagesOut, session.bytesOut)
     }
     for room in report.rooms {
       text +=
-        "room \(room.path): \(room.readers) reader(s), \(room.lines) line(s), last \(Int(room.lastMessageAge)) s ago\n"
+        "room \(safe(room.path)): \(room.readers) reader(s), \(room.lines) line(s), last \(Int(room.lastMessageAge)) s ago\n"
     }
     return text
   }
