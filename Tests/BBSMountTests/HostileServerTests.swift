@@ -217,9 +217,48 @@ func waitsForFuse(_ pid: pid_t) -> Bool {
   return wchan.contains("request_wait_answer") || wchan.contains("fuse")
 }
 
-/// The issue's own case: the real 9bbsd stopped with SIGSTOP while the mount's timeout is a
-/// minute; `cat` of a file gets Ctrl-C and must end at once.
-final class StoppedServerTests: XCTestCase {
+/// The issue's own cases with the real 9bbsd: stopped with SIGSTOP while the mount's timeout
+/// is a minute (`cat` gets Ctrl-C and must end at once), and serving a directory its user may
+/// not read (`ls` must fail once, not re-read it for ever).
+final class RealServerHostileTests: XCTestCase {
+  func testDirectoryTheServerMayNotReadFailsOnce() throws {
+    let directory = try makeTemporaryDirectory("mount9bbs-locked")
+    let files = directory + "/files"
+    let mountpoint = directory + "/mnt"
+    try FileManager.default.createDirectory(
+      atPath: files + "/locked", withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: false)
+    addTeardownBlock {
+      guard !isMounted(mountpoint) else { return }
+      try? FileManager.default.removeItem(atPath: directory)
+    }
+    // 9bbsd runs as nobody, for whom locked/ (mode 0311) can be entered but not read.
+    for (path, mode) in [(directory, 0o755), (files, 0o755), (files + "/locked", 0o311)] {
+      XCTAssertEqual(chmod(path, mode_t(mode)), 0, path)
+    }
+    let address = "tcp!127.0.0.1!\(try ServerProcess.freePort())"
+    let server = ChildProcess(
+      "/usr/bin/setpriv",
+      [
+        "--reuid=65534", "--regid=65534", "--clear-groups", BuiltProducts.path(of: "9bbsd"),
+        "--listen", address, "--rooms", "lobby", "--files", files,
+      ])
+    try server.start()
+    addTeardownBlock { server.stop() }
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { server.text.contains("listening on") || !server.isRunning },
+      server.text)
+    let mount = try MountProcess(
+      address: address, mountpoint: mountpoint, options: ["timeout=60"])
+    addTeardownBlock { mount.stop() }
+    let listing = try shell("ls '\(mountpoint)/files/locked'", timeout: 20)
+    XCTAssertNotEqual(listing.status, 0, listing.output)
+    XCTAssertTrue(mount.child.text.contains("cannot list /files/locked"), mount.child.text)
+    // The rest of the tree still lists.
+    XCTAssertEqual(try shell("ls '\(mountpoint)/files'", timeout: 20).output, "locked\n")
+    XCTAssertTrue(mount.child.isRunning, mount.child.text)
+  }
+
   func testCtrlCEndsACatWhileTheServerIsStopped() throws {
     let rig = try MountRig.start(.multiplexTCP, for: self, mountOptions: ["timeout=60"])
     let server = rig.server.child
