@@ -163,7 +163,9 @@ final class HostileServerTests: XCTestCase {
     let interrupted = ContinuousClock.now
     child.signal(SIGINT)
     XCTAssertTrue(child.wait(timeout: 5), "\(name) ignored Ctrl-C", file: file, line: line)
-    XCTAssertLessThan(interrupted.duration(to: .now), .seconds(5), file: file, line: line)
+    let took = interrupted.duration(to: .now)
+    XCTAssertLessThan(took, .seconds(5), file: file, line: line)
+    print("\(name.last ?? "?"): ended \(took) after Ctrl-C")
   }
 
   func testCtrlCEndsEveryOperationOnAStalledServer() throws {
@@ -260,7 +262,16 @@ final class RealServerHostileTests: XCTestCase {
   }
 
   func testCtrlCEndsACatWhileTheServerIsStopped() throws {
-    let rig = try MountRig.start(.multiplexTCP, for: self, mountOptions: ["timeout=60"])
+    try assertCtrlCEndsACat(on: .multiplexTCP)
+  }
+
+  func testCtrlCEndsACatWhileTheBoardIsStopped() throws {
+    // One request at a time per session, over seqpacket: the stalled one holds the session.
+    try assertCtrlCEndsACat(on: .deviceSeqpacket)
+  }
+
+  private func assertCtrlCEndsACat(on setup: Setup) throws {
+    let rig = try MountRig.start(setup, for: self, mountOptions: ["timeout=60"])
     let server = rig.server.child
     server.signal(SIGSTOP)
     addTeardownBlock { server.signal(SIGCONT) }
@@ -276,18 +287,32 @@ final class RealServerHostileTests: XCTestCase {
     let pid = cat.process.processIdentifier
     XCTAssertTrue(waitUntil(timeout: 15) { waitsForFuse(pid) || !cat.isRunning }, cat.text)
     // The mount's request has reached the stopped server: it lies unread in its socket.
-    let port = rig.server.address.split(separator: "!").last.map(String.init) ?? ""
     XCTAssertTrue(
-      waitUntil(timeout: 15) {
-        let sockets = (try? shell("ss -Htn state established '( sport = :\(port) )'"))?.output
-        return sockets?.split(separator: "\n").contains { $0.split(separator: " ").first != "0" }
-          ?? false
-      }, "no request reached the stopped server")
+      waitUntil(timeout: 15) { Self.unreadBytes(at: rig.server.address) > 0 },
+      "no request reached the stopped server")
     XCTAssertTrue(cat.isRunning && waitsForFuse(pid), "cat did not wait: \(cat.text)")
+    let interrupted = ContinuousClock.now
     cat.signal(SIGINT)
     XCTAssertTrue(cat.wait(timeout: 5), "cat ignored Ctrl-C")
+    print("cat on a stopped \(setup) server: ended \(interrupted.duration(to: .now)) after Ctrl-C")
     server.signal(SIGCONT)
     XCTAssertEqual(try sh("cat '\(rig.path("etc/motd"))'", timeout: 30).isEmpty, false)
     rig.assertNoViolations()
   }
+
+  /// Bytes waiting unread in the server's end of its connections at `address` (a TCP port or
+  /// a socket path), by `ss`.
+  private static func unreadBytes(at address: String) -> Int {
+    let parts = address.split(separator: "!").map(String.init)
+    let command =
+      parts.first == "tcp"
+      ? "ss -Htn state established '( sport = :\(parts.last ?? "") )'"
+      : "ss -Hxn state established src '\(parts.last ?? "")'"
+    let output = (try? shell(command))?.output ?? ""
+    // Each line: [netid] Recv-Q Send-Q …; Recv-Q is the first number.
+    return output.split(separator: "\n").compactMap { line in
+      line.split(separator: " ").lazy.compactMap { Int($0) }.first
+    }.reduce(0, +)
+  }
+
 }
