@@ -93,7 +93,7 @@ let package = Package(
       name: "Mount9BBSCommand",
       dependencies: [
         "BBSMount", "FuseKit", "BBSServer", "NinePClient", "NinePTransport", "BBSDiscovery",
-        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        "CSdBus", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "Sources/mount9bbs"),

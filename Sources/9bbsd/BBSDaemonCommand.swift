@@ -25,11 +25,12 @@ struct BBSDaemonCommand: ParsableCommand {
       string per operation ("read failed", …), Rversion tagged NOTAG, requests served one \
       at a time in order, and fids left open at disconnect counted and logged. Without \
       --listen or --stdio it listens on \(BBSServerConfiguration.defaultListen).
-      """)
+      """,
+    version: ProductVersion.current)
 
   @Option(
     name: .customLong("listen"),
-    help: "Listen address: tcp!host!port, unix!/path or seqpacket!/path[!sdu] (repeatable).")
+    help: "Listen address: tcp:host:port, unix:/path or seqpacket:/path[:sdu] (repeatable).")
   var listen: [String] = []
 
   @Flag(help: "Serve one session on standard input and output.")

@@ -14,14 +14,14 @@ import NinePTransport
 
 struct ScanCommand: ParsableCommand {
   static let configuration = CommandConfiguration(
-    commandName: "mount9bbs scan",
+    commandName: "scan",
     abstract: "Find 9BBS boards over Bluetooth LE (9PIS), or 9P servers on the LAN (mDNS).",
     discussion: """
       Without --lan, asks BlueZ for an LE scan filtered on the 9P Information Service, lists \
       each board as it appears, then connects and reads its description, features, transport \
       information, app link and protocol version. With --lan, browses _9p._tcp and _9pfs._tcp \
       through avahi-daemon. Everything found is cached (under $XDG_CACHE_HOME/mount9bbs), so \
-      `mount9bbs ble!NAME MOUNTPOINT` or `mount9bbs mdns!NAME MOUNTPOINT` needs no new scan.
+      `mount9bbs ble:NAME MOUNTPOINT` or `mount9bbs mdns:NAME MOUNTPOINT` needs no new scan.
 
       Exit status: 0 when something was found, 1 otherwise.
       """)
@@ -270,7 +270,7 @@ final class ScanReport {
   }
 
   static func mountName(_ device: BluetoothDevice) -> String {
-    "ble!" + (device.name ?? device.address)
+    "ble:" + (device.name ?? device.address)
   }
 
   static func dialSummary(_ candidates: [TransportAddress]) -> String {
@@ -306,7 +306,7 @@ final class ScanReport {
           "event": "board", "kind": "mdns", "name": service.name, "type": service.type,
           "host": service.host, "address": service.address, "port": Int(service.port),
           "txt": service.txt, "features": service.features,
-          "dial": [service.dialAddress.description], "mount": "mdns!" + service.name,
+          "dial": [service.dialAddress.description], "mount": "mdns:" + service.name,
         ])
         return
       }
@@ -317,7 +317,7 @@ final class ScanReport {
         lines.append("  " + Self.padded(Self.safe(key)) + Self.safe(service.txt[key] ?? ""))
       }
       lines.append(
-        "  " + Self.padded("mount") + "mount9bbs \(Self.shell("mdns!" + service.name)) MOUNTPOINT")
+        "  " + Self.padded("mount") + "mount9bbs \(Self.shell("mdns:" + service.name)) MOUNTPOINT")
       Console.output(lines.joined(separator: "\n"))
     case .removed(let name):
       if json {
