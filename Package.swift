@@ -1,4 +1,5 @@
 // swift-tools-version:6.1
+import Foundation
 import PackageDescription
 
 let package = Package(
@@ -138,3 +139,16 @@ let package = Package(
   ],
   swiftLanguageModes: [.v6]
 )
+
+// The listing fuzz target (fuzz/run-listing), only when asked for: it is built with the fuzzer
+// sanitizer and linked by that script, never by an ordinary build.
+if ProcessInfo.processInfo.environment["MOUNT9BBS_FUZZ"] != nil {
+  package.targets.append(
+    .target(
+      name: "FuzzListing",
+      dependencies: [
+        "BBSMount", "FuseKit", "NinePClient", "NinePProtocol", "NinePTransport",
+        .product(name: "Logging", package: "swift-log"),
+      ],
+      path: "fuzz/FuzzListing"))
+}

@@ -182,6 +182,7 @@ public final class Session: @unchecked Sendable {
       frame = received
     } catch let error as TransportError {
       if watchdog.fired { throw .timedOut }
+      if let notNineP = notNinePDiagnosis(error) { throw .protocolViolation(notNineP) }
       throw .transport(error)
     } catch let error as NinePError {
       throw error
@@ -214,6 +215,25 @@ public final class Session: @unchecked Sendable {
     default:
       throw .protocolViolation("Tversion answered with \(reply.type)")
     }
+  }
+
+  /// What to say when the answer to Tversion cannot even be framed: an Rversion is a few
+  /// dozen bytes, so a size prefix beyond msize (or below the minimum) means the peer speaks
+  /// something else (an HTTP or SSH server answers in text), not that msize is too small.
+  static func notNinePDiagnosis(_ error: TransportError) -> String? {
+    let size: UInt32
+    switch error {
+    case .frameTooLarge(let announced, _), .frameTooSmall(let announced): size = announced
+    default: return nil
+    }
+    // The 4 bytes the peer sent first, read back from the little-endian size.
+    let prefix = (0..<4).map { UInt8(truncatingIfNeeded: size >> (8 * $0)) }
+    let printable = prefix.allSatisfy { (0x20..<0x7f).contains($0) }
+    let shown =
+      printable
+      ? "\"\(String(decoding: prefix, as: UTF8.self))…\""
+      : prefix.map { String(format: "%02x", $0) }.joined(separator: " ")
+    return "not a 9P server: its answer to Tversion starts with \(shown)"
   }
 
   // MARK: - Requests

@@ -113,7 +113,8 @@ final class FileHandle: OpenHandle {
         info.handle = handles.store(
           FileHandle(file: file, inode: node.inode, inodes: tree.inodes))
         if openMode.allowsWriting { tree.inodes.invalidate(node.inode) }
-        request.replyOpen(info)
+        // Interrupted meanwhile: the kernel will never release it, so close it now.
+        if !request.replyOpen(info) { handles.remove(info.handle)?.release() }
       }
     }
   }
@@ -137,7 +138,9 @@ final class FileHandle: OpenHandle {
         info.directIO = true
         info.handle = handles.store(
           FileHandle(file: file, inode: node.inode, inodes: tree.inodes))
-        request.replyCreate(tree.attributes.entry(for: node), info)
+        if !request.replyCreate(tree.attributes.entry(for: node), info) {
+          handles.remove(info.handle)?.release()
+        }
       }
     }
   }
@@ -156,6 +159,8 @@ final class FileHandle: OpenHandle {
   }
 
   func write(_ request: FuseRequest, data: [UInt8], offset: UInt64) {
+    // Ctrl-C ends a write the server does not answer; the Twrite may still land.
+    request.onInterrupt { $0.replyError(EINTR) }
     file.write(data, at: offset) { [self] result in
       inodes.invalidate(inode)
       switch result {

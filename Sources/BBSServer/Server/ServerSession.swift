@@ -33,6 +33,8 @@ final class ServerSession: Sendable {
     var parked: [Tag: Parked] = [:]
     var generation: UInt64 = 0
     var closed = false
+    /// A Tversion has been answered: until then only Tversion is served.
+    var versioned = false
   }
 
   let id: Int
@@ -170,6 +172,13 @@ final class ServerSession: Sendable {
   private func handle(
     _ message: Message, tag: Tag, state: inout State, before: inout [[UInt8]]
   ) throws(NinePFailure) -> Message? {
+    if !state.versioned {
+      // As Plan 9 servers do: nothing but Tversion before a version is agreed.
+      guard case .tversion = message else {
+        logger.warning("session \(id): \(message.type) before Tversion; refusing")
+        throw NinePFailure("version not negotiated")
+      }
+    }
     switch message {
     case .tversion(let msize, let version):
       // Gen-1 wants exactly 9P2000; HEAD leaves the session untouched on an unknown version.
@@ -181,6 +190,7 @@ final class ServerSession: Sendable {
       guard msize >= 64 else { throw NinePFailure("bad Tversion") }
       // A new version drops parked reads without replies and clunks every fid.
       reset(&state)
+      state.versioned = true
       state.msize = min(Int(msize), configuration.maxMessageSize)
       return .rversion(msize: UInt32(state.msize), version: NineP.version)
 
