@@ -15,6 +15,7 @@ let package = Package(
     .library(name: "FuseKit", targets: ["FuseKit"]),
     .library(name: "BBSMount", targets: ["BBSMount"]),
     .library(name: "BBSDiscovery", targets: ["BBSDiscovery"]),
+    .library(name: "BBSIdentity", targets: ["BBSIdentity"]),
   ],
   dependencies: [
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -22,6 +23,7 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
     .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
     .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+    .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
   ],
   targets: [
     // System libraries.
@@ -53,11 +55,17 @@ let package = Package(
         .product(name: "DequeModule", package: "swift-collections"),
       ]),
 
+    // Who you are: Ed25519 / P-256 keys (our files, OpenSSH's, ssh-agent's), identities and
+    // the Tauth challenge response, signed and verified.
+    .target(
+      name: "BBSIdentity",
+      dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
+
     // The reference 9BBS server, with its device-emulation profile.
     .target(
       name: "BBSServer",
       dependencies: [
-        "NinePProtocol", "NinePTransport",
+        "NinePProtocol", "NinePTransport", "BBSIdentity",
         .product(name: "Logging", package: "swift-log"),
         .product(name: "DequeModule", package: "swift-collections"),
         .product(name: "GRDB", package: "GRDB.swift"),
@@ -92,6 +100,7 @@ let package = Package(
       name: "Mount9BBSCommand",
       dependencies: [
         "BBSMount", "FuseKit", "BBSServer", "NinePClient", "NinePTransport", "BBSDiscovery",
+        "BBSIdentity",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ],
@@ -124,7 +133,10 @@ let package = Package(
       dependencies: ["NinePClient", "NinePProtocol", "NinePTransport", "BBSServer", "TestSupport"]),
     .testTarget(
       name: "BBSServerTests",
-      dependencies: ["BBSServer", "NinePProtocol", "NinePTransport", "TestSupport"]),
+      dependencies: ["BBSServer", "BBSIdentity", "NinePProtocol", "NinePTransport", "TestSupport"]),
+    .testTarget(
+      name: "BBSIdentityTests",
+      dependencies: ["BBSIdentity", "BBSServer", "NinePClient", "NinePProtocol", "TestSupport"]),
     .testTarget(
       name: "LinkEmulationTests", dependencies: ["LinkEmulation", "NinePTransport", "TestSupport"]),
     .testTarget(

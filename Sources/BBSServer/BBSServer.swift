@@ -24,6 +24,7 @@
 //   connected, so later clients sit in the kernel's listen backlog (9p4z's TCP transport).
 // - Posting threads never block on a slow client: wake-ups run on `wakeQueue`.
 
+import BBSIdentity
 import Dispatch
 import Foundation
 import Logging
@@ -99,6 +100,7 @@ public final class BBSServer: Sendable {
     guard !configuration.rooms.isEmpty else {
       throw ServerError.badConfiguration("at least one chat room is needed")
     }
+    try Self.checkAuthentication(configuration)
     var defaults: [EtcField: String] = [:]
     defaults[.boardname] = configuration.boardName
     defaults[.motd] = configuration.motd
@@ -106,7 +108,7 @@ public final class BBSServer: Sendable {
       board = try Board(
         configuration: BoardConfiguration(
           chatRooms: configuration.rooms, limits: .forProfile(configuration.profile),
-          etcDefaults: defaults),
+          etcDefaults: defaults, sysops: configuration.sysops),
         store: store, clock: clock, logger: logger)
     } catch {
       throw ServerError.storeFailed("\(error)")
@@ -115,6 +117,24 @@ public final class BBSServer: Sendable {
       try FilesArea(directory: directory, writable: configuration.filesWritable)
     }
     tree = Tree(board: board, files: files, device: configuration.profile.imitatesBoard)
+  }
+
+  /// Refuses authentication settings that cannot work.
+  private static func checkAuthentication(_ configuration: BBSServerConfiguration)
+    throws(ServerError)
+  {
+    if configuration.auth != .off && configuration.profile == .gen1 {
+      throw .badConfiguration(
+        "the gen1 profile has no authentication (its core predates Tauth); use --auth off")
+    }
+    for identity in configuration.sysops.union(configuration.nicknames.keys)
+    where Identity(parsing: identity)?.hex != identity {
+      throw .badConfiguration(
+        "'\(identity)' is not an identity (40 lowercase hex characters, as `mount9bbs keygen` prints)")
+    }
+    if !configuration.sysops.isEmpty && configuration.auth == .off {
+      throw .badConfiguration("sysops are identities: they need --auth optional or required")
+    }
   }
 
   /// Opens every configured listener and starts accepting. Returns the bound addresses as dial

@@ -63,6 +63,9 @@ public final class Session: @unchecked Sendable {
   public let rootFid: Fid
   /// The qid the server gave the attach point (set once, before `connect` returns).
   public private(set) var rootQid = Qid(path: 0)
+  /// The identity the server verified for this session (Tauth), or nil for one attached
+  /// without authentication (set once, before `connect` returns).
+  public private(set) var authenticatedIdentity: String?
   let logger: Logger
 
   private let condition = NSCondition()
@@ -146,19 +149,90 @@ public final class Session: @unchecked Sendable {
       logger: logger)
     session.state.usedFids.insert(0)
     session.startThreads()
+    let afid: Fid
+    do {
+      afid = try session.authenticate(timeout: timeout)
+    } catch {
+      session.close(reason: "authentication failed: \(error)")
+      throw error
+    }
+    let identity = afid == NineP.noFid ? nil : configuration.authentication?.identity
     let reply = session.sendAndWait(
       .tattach(
-        fid: 0, afid: NineP.noFid, uname: configuration.uname, aname: configuration.aname),
+        fid: 0, afid: afid, uname: identity ?? configuration.uname, aname: configuration.aname),
       timeout: timeout)
+    // The afid has done its work: clunking it frees the server's authentication slot.
+    if afid != NineP.noFid {
+      session.send(.tclunk(fid: afid)) { [session] _ in session.releaseFid(afid) }
+    }
     switch reply {
     case .success(.rattach(let qid)):
       session.rootQid = qid
+      session.authenticatedIdentity = identity
       return session
     case .success(let other):
       session.close(reason: "unexpected attach reply")
       throw .protocolViolation("Tattach answered with \(other.type)")
+    case .failure(.server(let ename, _)) where AuthenticationError.isAttachError(ename):
+      session.close(reason: "attach failed: \(ename)")
+      throw .authentication(AuthenticationError(ename: ename))
     case .failure(let error):
       session.close(reason: "attach failed: \(error)")
+      throw error
+    }
+  }
+
+  /// Proves the configured identity (see ``Authentication``) and returns the afid to attach
+  /// with: NOFID when nothing is configured, or when the server does not authenticate and
+  /// the policy allows that.
+  private func authenticate(timeout: Duration) throws(NinePError) -> Fid {
+    guard let authentication = configuration.authentication else { return NineP.noFid }
+    guard authentication.gate.enter(before: Date(timeIntervalSinceNow: timeout.timeInterval))
+    else { throw .authentication(.busy) }
+    defer { authentication.gate.leave() }
+    let afid = try allocateFid()
+    switch sendAndWait(
+      .tauth(afid: afid, uname: authentication.identity, aname: configuration.aname),
+      timeout: timeout)
+    {
+    case .success(.rauth): break
+    case .success(let other):
+      releaseFid(afid)
+      throw .protocolViolation("Tauth answered with \(other.type)")
+    case .failure(.server(let ename, _)):
+      // The server made no afid.
+      releaseFid(afid)
+      let error = AuthenticationError(ename: ename)
+      if error == .notRequired && authentication.policy == .auto { return NineP.noFid }
+      throw .authentication(error)
+    case .failure(let error):
+      releaseFid(afid)
+      throw error
+    }
+    do throws(NinePError) {
+      let count = UInt32(min(Int(msize) - NineP.readOverhead, 1024))
+      let challenge: [UInt8]
+      switch sendAndWait(.tread(fid: afid, offset: 0, count: count), timeout: timeout) {
+      case .success(.rread(let data)): challenge = data
+      case .success(let other): throw .protocolViolation("Tread answered with \(other.type)")
+      case .failure(.server(let ename, _)): throw .authentication(AuthenticationError(ename: ename))
+      case .failure(let error): throw error
+      }
+      guard !challenge.isEmpty else { throw .authentication(.noChallenge) }
+      let response: [UInt8]
+      do {
+        response = try authentication.respond(challenge)
+      } catch {
+        throw .authentication(.signing("\(error)"))
+      }
+      switch sendAndWait(.twrite(fid: afid, offset: 0, data: response), timeout: timeout) {
+      case .success(.rwrite): return afid
+      case .success(let other): throw .protocolViolation("Twrite answered with \(other.type)")
+      case .failure(.server(let ename, _)): throw .authentication(AuthenticationError(ename: ename))
+      case .failure(let error): throw error
+      }
+    } catch {
+      send(.tclunk(fid: afid)) { [self] _ in releaseFid(afid) }
       throw error
     }
   }

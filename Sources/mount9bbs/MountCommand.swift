@@ -32,6 +32,7 @@ enum Mount9BBSMain {
     switch arguments.first {
     case "scan": ScanCommand.main(Array(arguments.dropFirst()))
     case "status": StatusCommand.main(Array(arguments.dropFirst()))
+    case "keygen": KeygenCommand.main(Array(arguments.dropFirst()))
     default: Mount9BBS.main(arguments)
     }
   }
@@ -47,6 +48,7 @@ struct Mount9BBS: ParsableCommand {
       mount9bbs -u MOUNTPOINT
       mount9bbs scan [--timeout S] [--json] [--feature F] [--lan]
       mount9bbs status MOUNTPOINT [--json]
+      mount9bbs keygen [--type ed25519|p256] [--file PATH] [--show]
       """,
     discussion: """
       ADDRESS is a dial string: tcp!host!port, host:port, unix!/path, seqpacket!/path[!mtu], \
@@ -60,7 +62,11 @@ struct Mount9BBS: ParsableCommand {
       Options (-o, comma-separated): uname=NAME, aname=PATH, msize=BYTES,
       profile=device|multiplex, sessions=N, ro, allow_other, default_permissions,
       timeout=SECONDS, stream=GLOB (repeatable), reconnect=on|off, keepalive=SECONDS,
-      outbox=on|off, history=on|off, and libfuse's own options.
+      outbox=on|off, history=on|off, identity=PATH|agent[:MATCH], auth=auto|required|off,
+      and libfuse's own options.
+
+      mount9bbs keygen makes the key that is your identity on boards that authenticate
+      (see mount9bbs keygen --help).
 
       mount9bbs status shows a mount's link, sessions, outbox and room feeds.
 

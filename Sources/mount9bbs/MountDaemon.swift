@@ -59,16 +59,17 @@ struct MountDaemon {
     defer { local?.stop() }
 
     let profile = options.profile ?? ServerProfile.default(for: target)
-    let configuration = SessionConfiguration(
+    var configuration = SessionConfiguration(
       profile: profile, uname: options.uname, aname: options.aname, requestedMsize: options.msize,
       requestTimeout: options.timeout)
+    // Not for the built-in BBS, which does not authenticate.
+    if address != nil { configuration.authentication = try options.authentication() }
     let pool = try connect([target] + (address == nil ? [] : fallbacks), configuration, logger)
     // Fids go back to the server: a board that does not clunk on disconnect would keep them.
     defer { pool.close(tidyingWithin: .seconds(1)) }
     let primary = pool.primary
-    logger.info(
-      "connected to \(pool.address) (\(profile) profile, msize \(primary.msize), uname \(options.uname))"
-    )
+    let user = primary.authenticatedIdentity.map { "identity \($0)" } ?? "uname \(options.uname)"
+    logger.info("connected to \(pool.address) (\(profile) profile, msize \(primary.msize), \(user))")
 
     var mountOptions = MountOptions(uid: getuid(), gid: getgid())
     mountOptions.readOnly = options.readOnly
@@ -81,7 +82,7 @@ struct MountDaemon {
     let fileSystem: BBSFileSystem
     do {
       // The built-in BBS lives and dies with the mount: no outbox or history for it.
-      let key = "\(options.uname)@\(target)\(options.aname)"
+      let key = "\(primary.authenticatedIdentity ?? options.uname)@\(target)\(options.aname)"
       let outbox = options.outbox && address != nil ? Outbox.directory(forKey: key) : nil
       let history = options.history && address != nil ? RoomHistory.directory(forKey: key) : nil
       fileSystem = try BBSFileSystem(
@@ -161,7 +162,8 @@ struct MountDaemon {
         logger.notice("\(candidate): \(reason); trying \(candidates[index + 1])")
         index += 1
       } catch {
-        throw .connect(address: candidate.description, error)
+        throw .connect(
+          address: candidate.description, error, identity: configuration.authentication?.identity)
       }
     }
   }
@@ -188,24 +190,30 @@ struct MountDaemon {
 /// Why the mount could not start; each says what to do about it.
 enum MountError: Error, CustomStringConvertible {
   case fuse(FuseSessionError)
-  case connect(address: String, NinePError)
+  case connect(address: String, NinePError, identity: String? = nil)
   case local(String)
+  /// The key could not be loaded (or none was given where one is required).
+  case identity(String)
 
   var description: String {
     switch self {
     case .fuse(let error):
       return "\(error)"
-    case .connect(let address, .transport(let error)):
+    case .connect(let address, .transport(let error), _):
       return "cannot reach \(address): \(error)"
-    case .connect(let address, .versionNotSupported(let said)):
+    case .connect(let address, .versionNotSupported(let said), _):
       return
         "\(address) does not speak 9P2000 (it answered Tversion with \"\(said)\"); mount9bbs needs a 9P2000 server"
-    case .connect(let address, .timedOut):
+    case .connect(let address, .timedOut, _):
       return "\(address) did not answer the 9P handshake in time; is it a 9P server?"
-    case .connect(let address, let error):
+    case .connect(let address, .authentication(let error), let identity?):
+      return "cannot mount \(address) as \(identity): \(error)"
+    case .connect(let address, let error, _):
       return "cannot mount \(address): \(error)"
     case .local(let text):
       return "cannot start the built-in BBS: \(text)"
+    case .identity(let text):
+      return text
     }
   }
 }

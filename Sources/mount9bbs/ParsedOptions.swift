@@ -1,3 +1,4 @@
+import BBSIdentity
 import BBSMount
 import Foundation
 import NinePClient
@@ -21,7 +22,22 @@ struct ParsedOptions {
   var history = true
   var reconnect = true
   var keepalive: Duration? = .seconds(15)
+  /// `identity=PATH|agent[:MATCH]`: the key to authenticate with (else the default key file).
+  var identity: KeySource?
+  /// `auth=auto|required|off`.
+  var auth: AuthMode = .auto
   var passthrough: [String] = []
+
+  /// When to authenticate (see MountIdentity.swift).
+  enum AuthMode: String {
+    /// With a key (`identity=`, else the default key file if there is one), when the server
+    /// authenticates; as a guest otherwise.
+    case auto
+    /// Always, or fail.
+    case required
+    /// Never: attach with `uname`.
+    case off
+  }
 
   struct Invalid: Error, CustomStringConvertible {
     let description: String
@@ -80,6 +96,13 @@ struct ParsedOptions {
       case "outbox": outbox = try onOff()
       case "history": history = try onOff()
       case "reconnect": reconnect = try onOff()
+      case "identity": identity = KeySource(parsing: try required())
+      case "auth":
+        let text = try required()
+        guard let mode = AuthMode(rawValue: text) else {
+          throw Invalid(description: "option auth=\(text): expected auto, required or off")
+        }
+        auth = mode
       case "keepalive":
         let seconds = try number(0...3600)
         keepalive = seconds == 0 ? nil : .seconds(seconds)

@@ -43,8 +43,9 @@ struct StatusCommand: ParsableCommand {
 
   static func render(_ report: StatusReport) -> String {
     let since = Int(Date().timeIntervalSince(report.link.since))
+    let user = report.identity.map { "identity \($0), auth \(report.auth ?? "auto")" } ?? "user \(report.uname)"
     var text =
-      "\(report.mountpoint): \(report.address) (\(report.profile) profile, user \(report.uname), pid \(report.pid))\n"
+      "\(report.mountpoint): \(report.address) (\(report.profile) profile, \(user), pid \(report.pid))\n"
     text += "link: \(report.link.state) for \(since) s"
     if let reason = report.link.reason { text += " (\(reason))" }
     text += ", \(report.link.reconnects) reconnect(s)\n"
@@ -52,10 +53,14 @@ struct StatusCommand: ParsableCommand {
     for session in report.sessions {
       text += String(
         format:
-          "session %@: %@ msize %u, %d in flight, %d queued, %d parked, rtt %.1f ms, in %llu msg/%llu B, out %llu msg/%llu B\n",
+          "session %@: %@ msize %u, %d in flight, %d queued, %d parked, rtt %.1f ms, in %llu msg/%llu B, out %llu msg/%llu B",
         session.role, session.open ? "open" : "closed", session.msize, session.requestsInFlight,
         session.requestsQueued, session.parkedReads, session.roundTripMilliseconds,
         session.messagesIn, session.bytesIn, session.messagesOut, session.bytesOut)
+      if report.identity != nil, let authenticated = session.authenticated {
+        text += authenticated ? ", authenticated" : ", not authenticated"
+      }
+      text += "\n"
     }
     for room in report.rooms {
       text +=
