@@ -130,13 +130,13 @@ let package = Package(
     .testTarget(name: "NinePTransportTests", dependencies: ["NinePTransport"]),
     .testTarget(
       name: "NinePClientTests",
-      dependencies: ["NinePClient", "NinePProtocol", "NinePTransport", "BBSServer", "TestSupport"]),
+      dependencies: [
+        "NinePClient", "NinePProtocol", "NinePTransport", "BBSServer", "BBSIdentity", "TestSupport",
+      ]),
     .testTarget(
       name: "BBSServerTests",
       dependencies: ["BBSServer", "BBSIdentity", "NinePProtocol", "NinePTransport", "TestSupport"]),
-    .testTarget(
-      name: "BBSIdentityTests",
-      dependencies: ["BBSIdentity", "BBSServer", "NinePClient", "NinePProtocol", "TestSupport"]),
+    .testTarget(name: "BBSIdentityTests", dependencies: ["BBSIdentity", "TestSupport"]),
     .testTarget(
       name: "LinkEmulationTests", dependencies: ["LinkEmulation", "NinePTransport", "TestSupport"]),
     .testTarget(

@@ -161,14 +161,14 @@ public final class Session: @unchecked Sendable {
       .tattach(
         fid: 0, afid: afid, uname: identity ?? configuration.uname, aname: configuration.aname),
       timeout: timeout)
-    // The afid has done its work: clunking it frees the server's authentication slot.
-    if afid != NineP.noFid {
-      session.send(.tclunk(fid: afid)) { [session] _ in session.releaseFid(afid) }
-    }
     switch reply {
     case .success(.rattach(let qid)):
       session.rootQid = qid
       session.authenticatedIdentity = identity
+      // The afid has done its work: clunking it frees the server's authentication slot.
+      if afid != NineP.noFid {
+        session.send(.tclunk(fid: afid)) { [session] _ in session.releaseFid(afid) }
+      }
       return session
     case .success(let other):
       session.close(reason: "unexpected attach reply")
@@ -184,58 +184,47 @@ public final class Session: @unchecked Sendable {
 
   /// Proves the configured identity (see ``Authentication``) and returns the afid to attach
   /// with: NOFID when nothing is configured, or when the server does not authenticate and
-  /// the policy allows that.
+  /// the policy allows that. A failure closes the session, which frees the afid at the server.
   private func authenticate(timeout: Duration) throws(NinePError) -> Fid {
     guard let authentication = configuration.authentication else { return NineP.noFid }
     guard authentication.gate.enter(before: Date(timeIntervalSinceNow: timeout.timeInterval))
     else { throw .authentication(.busy) }
     defer { authentication.gate.leave() }
     let afid = try allocateFid()
-    switch sendAndWait(
-      .tauth(afid: afid, uname: authentication.identity, aname: configuration.aname),
-      timeout: timeout)
-    {
-    case .success(.rauth): break
-    case .success(let other):
-      releaseFid(afid)
-      throw .protocolViolation("Tauth answered with \(other.type)")
-    case .failure(.server(let ename, _)):
+    do throws(NinePError) {
+      _ = try authenticationStep(
+        .tauth(afid: afid, uname: authentication.identity, aname: configuration.aname),
+        timeout: timeout)
+    } catch .authentication(.notRequired) where authentication.policy == .auto {
       // The server made no afid.
       releaseFid(afid)
-      let error = AuthenticationError(ename: ename)
-      if error == .notRequired && authentication.policy == .auto { return NineP.noFid }
-      throw .authentication(error)
-    case .failure(let error):
-      releaseFid(afid)
-      throw error
+      return NineP.noFid
     }
-    do throws(NinePError) {
-      let count = UInt32(min(Int(msize) - NineP.readOverhead, 1024))
-      let challenge: [UInt8]
-      switch sendAndWait(.tread(fid: afid, offset: 0, count: count), timeout: timeout) {
-      case .success(.rread(let data)): challenge = data
-      case .success(let other): throw .protocolViolation("Tread answered with \(other.type)")
-      case .failure(.server(let ename, _)): throw .authentication(AuthenticationError(ename: ename))
-      case .failure(let error): throw error
-      }
-      guard !challenge.isEmpty else { throw .authentication(.noChallenge) }
-      let response: [UInt8]
-      do {
-        response = try authentication.respond(challenge)
-      } catch {
-        throw .authentication(.signing("\(error)"))
-      }
-      switch sendAndWait(.twrite(fid: afid, offset: 0, data: response), timeout: timeout) {
-      case .success(.rwrite): return afid
-      case .success(let other): throw .protocolViolation("Twrite answered with \(other.type)")
-      case .failure(.server(let ename, _)): throw .authentication(AuthenticationError(ename: ename))
-      case .failure(let error): throw error
-      }
+    let count = UInt32(min(Int(msize) - NineP.readOverhead, 1024))
+    guard case .rread(let challenge) = try authenticationStep(
+      .tread(fid: afid, offset: 0, count: count), timeout: timeout), !challenge.isEmpty
+    else { throw .authentication(.noChallenge) }
+    let response: [UInt8]
+    do {
+      response = try authentication.respond(challenge)
     } catch {
-      send(.tclunk(fid: afid)) { [self] _ in releaseFid(afid) }
-      throw error
+      throw .authentication(.signing("\(error)"))
+    }
+    _ = try authenticationStep(.twrite(fid: afid, offset: 0, data: response), timeout: timeout)
+    return afid
+  }
+
+  /// One request of the Tauth exchange; an Rerror is an ``AuthenticationError``.
+  private func authenticationStep(_ request: Message, timeout: Duration) throws(NinePError)
+    -> Message
+  {
+    switch sendAndWait(request, timeout: timeout) {
+    case .success(let reply): return reply
+    case .failure(.server(let ename, _)): throw .authentication(AuthenticationError(ename: ename))
+    case .failure(let error): throw error
     }
   }
+
 
   private static func negotiateVersion(
     _ transport: any MessageTransport, _ configuration: SessionConfiguration,
@@ -671,6 +660,8 @@ public final class Session: @unchecked Sendable {
     }
     guard let pending = state.inFlight[tag] else {
       condition.unlock()
+      // A reply racing our own close (a clunk sent just before) is no server's fault.
+      if closedReason != nil { return nil }
       return "reply \(message.type) with unknown tag \(tag)"
     }
     if let violation = Self.validate(reply: message, for: pending.message) {
