@@ -132,7 +132,8 @@ public final class Session: @unchecked Sendable {
 
   // MARK: - Connecting
 
-  /// Negotiates the version and attaches, then starts the session's threads.
+  /// Negotiates the version, proves the configured identity (Tauth, see ``Authentication``)
+  /// and attaches.
   ///
   /// Blocks the calling thread for at most `handshakeTimeout`, else the configuration's
   /// timeout (or 30 s).

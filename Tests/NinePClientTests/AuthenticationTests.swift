@@ -67,6 +67,25 @@ final class ClientAuthenticationTests: XCTestCase {
     return String(lines.last { $0.hasSuffix(text) } ?? "")
   }
 
+  func testEveryAuthenticationErrorStringHasItsCase() {
+    let cases: [(String, AuthenticationError)] = [
+      ("authentication not required", .notRequired), ("invalid identity", .invalidIdentity),
+      ("authentication timeout", .expired), ("invalid auth response size", .invalidResponseSize),
+      ("must read challenge first", .challengeNotRead), ("authentication failed", .refused),
+      ("uname does not match authenticated identity", .unameMismatch),
+      ("authentication required", .required), ("authentication incomplete", .incomplete),
+      ("too many concurrent authentications", .busy),
+      ("cannot allocate afid", .server("cannot allocate afid")),
+    ]
+    for (ename, error) in cases {
+      XCTAssertEqual(AuthenticationError(ename: ename), error, ename)
+      // The user sees the server's words too.
+      if case .server = error { continue }
+      XCTAssertTrue(error.description.contains(ename), error.description)
+    }
+    XCTAssertEqual(NinePError.authentication(.refused).errno, EACCES)
+  }
+
   func testBothKeyTypesAndAnAgentKeyPostUnderTheirIdentity() throws {
     let server = try startServer("required")
     let agent = try SSHAgentProcess()
@@ -144,7 +163,9 @@ final class ClientAuthenticationTests: XCTestCase {
   }
 
   func testEverySessionAndEveryReconnectAuthenticates() throws {
-    let socket = try makeTemporaryDirectory("auth-reconnect") + "/9bbs.sock"
+    let socketDirectory = try makeTemporaryDirectory("auth-reconnect")
+    addTeardownBlock { try? FileManager.default.removeItem(atPath: socketDirectory) }
+    let socket = socketDirectory + "/9bbs.sock"
     var server = try startServer("required", listen: "unix!" + socket)
     var policy = ReconnectPolicy()
     policy.initialBackoff = .milliseconds(50)
