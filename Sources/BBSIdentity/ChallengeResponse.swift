@@ -12,7 +12,8 @@ public enum ChallengeResponse {
   /// Bytes of signature at the start of a response.
   public static let signatureSize = 64
   /// The response sizes a server accepts: signature ‖ Ed25519 key, signature ‖ P-256 key.
-  public static let sizes: Set<Int> = Set(KeyAlgorithm.allCases.map { signatureSize + $0.publicKeySize })
+  public static let sizes: Set<Int> = Set(
+    KeyAlgorithm.allCases.map { signatureSize + $0.publicKeySize })
 
   /// What is signed for a challenge: its raw bytes.
   public static func signedMessage(challenge: [UInt8]) -> [UInt8] { challenge }

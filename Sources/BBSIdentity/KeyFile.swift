@@ -76,7 +76,9 @@ public enum KeyFile {
     if text.contains(OpenSSHKey.begin) {
       return try OpenSSHKey.decode(text, origin: path).key
     }
-    if text.contains("-----BEGIN EC PRIVATE KEY-----") || text.contains("-----BEGIN PRIVATE KEY-----") {
+    if text.contains("-----BEGIN EC PRIVATE KEY-----")
+      || text.contains("-----BEGIN PRIVATE KEY-----")
+    {
       guard let pem = try? P256.Signing.PrivateKey(pemRepresentation: text),
         let key = PrivateKey(.p256, secret: Array(pem.rawRepresentation), origin: path)
       else { throw .notAKey(path: path) }
@@ -116,7 +118,8 @@ public enum KeyFile {
     }
     try writeAll(Array(OpenSSHKey.encode(key, comment: comment).utf8), to: descriptor, path: path)
     let publicPath = path + ".pub"
-    let publicDescriptor = open(publicPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o644)
+    let publicDescriptor = open(
+      publicPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o644)
     guard publicDescriptor >= 0 else {
       throw .writeFailed(path: publicPath, reason: String(cString: strerror(errno)))
     }
@@ -132,7 +135,9 @@ public enum KeyFile {
     defer { close(descriptor) }
     var offset = 0
     while offset < bytes.count {
-      let count = bytes[offset...].withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
+      let count = bytes[offset...].withUnsafeBytes {
+        Glibc.write(descriptor, $0.baseAddress, $0.count)
+      }
       if count < 0 && errno == EINTR { continue }
       guard count > 0 else {
         throw .writeFailed(path: path, reason: String(cString: strerror(errno)))

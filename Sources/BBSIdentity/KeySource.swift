@@ -8,7 +8,9 @@ public enum KeySource: Sendable, Equatable, CustomStringConvertible {
   case agent(match: String?)
 
   /// Parses an `identity=` value; `~/` is the home directory.
-  public init(parsing text: String, environment: [String: String] = ProcessInfo.processInfo.environment) {
+  public init(
+    parsing text: String, environment: [String: String] = ProcessInfo.processInfo.environment
+  ) {
     if text == "agent" {
       self = .agent(match: nil)
     } else if text.hasPrefix("agent:") {

@@ -89,7 +89,8 @@ public struct SSHAgent: Sendable {
     let reply = try request(Self.signRequest, payload.bytes)
     guard reply.first == Self.signResponse else {
       if reply.first == Self.failure { throw .agentRefused(key: key) }
-      throw .agentUnavailable(reason: "it answered a signature request with message \(reply.first ?? 0)")
+      throw .agentUnavailable(
+        reason: "it answered a signature request with message \(reply.first ?? 0)")
     }
     var reader = SSHReader(Array(reply.dropFirst()))
     do {
@@ -212,7 +213,8 @@ public struct AgentKey: Signer {
       default:
         break
       }
-      throw IdentityError.signingFailed(origin: origin, reason: "the agent sent a \(format) signature")
+      throw IdentityError.signingFailed(
+        origin: origin, reason: "the agent sent a \(format) signature")
     } catch let error as IdentityError {
       throw error
     } catch {

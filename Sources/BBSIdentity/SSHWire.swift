@@ -4,7 +4,9 @@ struct SSHWriter {
   private(set) var bytes: [UInt8] = []
 
   mutating func uint32(_ value: UInt32) {
-    bytes += [UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)]
+    bytes += [
+      UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF),
+    ]
   }
 
   mutating func uint8(_ value: UInt8) { bytes.append(value) }

@@ -131,7 +131,8 @@ public final class BBSServer: Sendable {
     for identity in configuration.sysops.union(configuration.nicknames.keys)
     where Identity(parsing: identity)?.hex != identity {
       throw .badConfiguration(
-        "'\(identity)' is not an identity (40 lowercase hex characters, as `mount9bbs keygen` prints)")
+        "'\(identity)' is not an identity (40 lowercase hex characters, as `mount9bbs keygen` prints)"
+      )
     }
     if !configuration.sysops.isEmpty && configuration.auth == .off {
       throw .badConfiguration("sysops are identities: they need --auth optional or required")
@@ -162,7 +163,8 @@ public final class BBSServer: Sendable {
     for listener in opened {
       let auth = configuration.auth == .off ? "" : ", auth \(configuration.auth.rawValue)"
       logger.notice(
-        "9bbsd (\(configuration.profile.rawValue) profile\(auth)) listening on \(listener.boundAddress)")
+        "9bbsd (\(configuration.profile.rawValue) profile\(auth)) listening on \(listener.boundAddress)"
+      )
       spawn(name: "9bbs.accept") { [self] in acceptLoop(listener) }
     }
     return bound

@@ -202,8 +202,9 @@ public final class Session: @unchecked Sendable {
       return NineP.noFid
     }
     let count = UInt32(min(Int(msize) - NineP.readOverhead, 1024))
-    guard case .rread(let challenge) = try authenticationStep(
-      .tread(fid: afid, offset: 0, count: count), timeout: timeout), !challenge.isEmpty
+    guard
+      case .rread(let challenge) = try authenticationStep(
+        .tread(fid: afid, offset: 0, count: count), timeout: timeout), !challenge.isEmpty
     else { throw .authentication(.noChallenge) }
     let response: [UInt8]
     do {
@@ -225,7 +226,6 @@ public final class Session: @unchecked Sendable {
     case .failure(let error): throw error
     }
   }
-
 
   private static func negotiateVersion(
     _ transport: any MessageTransport, _ configuration: SessionConfiguration,

@@ -64,7 +64,8 @@ struct KeygenCommand: ParsableCommand {
       Diagnostics.fail("mount9bbs: \(error)")
       throw ExitCode(1)
     }
-    print("Wrote an \(key.algorithm) key to \(path) (mode 0600) and its public half to \(path).pub.")
+    print(
+      "Wrote an \(key.algorithm) key to \(path) (mode 0600) and its public half to \(path).pub.")
     print("Your identity on boards: \(key.identity)")
   }
 

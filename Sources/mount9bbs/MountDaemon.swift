@@ -69,7 +69,8 @@ struct MountDaemon {
     defer { pool.close(tidyingWithin: .seconds(1)) }
     let primary = pool.primary
     let user = primary.authenticatedIdentity.map { "identity \($0)" } ?? "uname \(options.uname)"
-    logger.info("connected to \(pool.address) (\(profile) profile, msize \(primary.msize), \(user))")
+    logger.info(
+      "connected to \(pool.address) (\(profile) profile, msize \(primary.msize), \(user))")
 
     var mountOptions = MountOptions(uid: getuid(), gid: getgid())
     mountOptions.readOnly = options.readOnly

@@ -43,7 +43,9 @@ struct StatusCommand: ParsableCommand {
 
   static func render(_ report: StatusReport) -> String {
     let since = Int(Date().timeIntervalSince(report.link.since))
-    let user = report.identity.map { "identity \($0), auth \(report.auth ?? "auto")" } ?? "user \(report.uname)"
+    let user =
+      report.identity.map { "identity \($0), auth \(report.auth ?? "auto")" }
+      ?? "user \(report.uname)"
     var text =
       "\(report.mountpoint): \(report.address) (\(report.profile) profile, \(user), pid \(report.pid))\n"
     text += "link: \(report.link.state) for \(since) s"

@@ -61,7 +61,8 @@ final class AgentTests: XCTestCase {
       XCTAssertEqual(
         $0 as? IdentityError,
         .agentHasNoKey(
-          match: "nothing", seen: ["Ed25519 'laptop-ed'", "ECDSA P-256 'work-ec'", "ssh-rsa 'old-rsa'"]))
+          match: "nothing",
+          seen: ["Ed25519 'laptop-ed'", "ECDSA P-256 'work-ec'", "ssh-rsa 'old-rsa'"]))
     }
   }
 
@@ -84,7 +85,9 @@ final class AgentTests: XCTestCase {
     // No agent at all any more.
     agent.stop()
     XCTAssertThrowsError(try client.keys()) {
-      guard case .agentUnavailable(let reason) = $0 as? IdentityError else { return XCTFail("\($0)") }
+      guard case .agentUnavailable(let reason) = $0 as? IdentityError else {
+        return XCTFail("\($0)")
+      }
       XCTAssertTrue(reason.contains("no agent answers at \(agent.socketPath)"), reason)
     }
   }

@@ -120,7 +120,7 @@ final class KeyTests: XCTestCase {
     let good = PrivateKey.generate(.ed25519)
     let text = OpenSSHKey.encode(good, comment: "x")
     let lines = text.split(separator: "\n")
-    let damaged = ([lines[0]] + lines[1...].prefix(2) + [lines.last!]).joined(separator: "\n")
+    let damaged = (lines.prefix(3) + lines.suffix(1)).joined(separator: "\n")
     XCTAssertTrue(
       FileManager.default.createFile(
         atPath: cut, contents: Data(damaged.utf8), attributes: [.posixPermissions: 0o600]))
@@ -220,7 +220,9 @@ final class KeyTests: XCTestCase {
     var bogus = try ChallengeResponse.respond(to: challenge, with: PrivateKey.generate(.p256))
     bogus.replaceSubrange(64..., with: [4] + [UInt8](repeating: 7, count: 64))
     let claim = Identity(publicKey: Array(bogus[64...])).hex
-    XCTAssertThrowsError(try ChallengeResponse.verify(bogus, challenge: challenge, claimedIdentity: claim)) {
+    XCTAssertThrowsError(
+      try ChallengeResponse.verify(bogus, challenge: challenge, claimedIdentity: claim)
+    ) {
       XCTAssertEqual($0 as? ChallengeResponse.Rejection, .badKey(.p256))
     }
   }

@@ -30,7 +30,8 @@ final class IdentityMountTests: XCTestCase {
   /// The environment of one user: their own config (keys) and state directories.
   private func user(_ name: String) throws -> [String: String] {
     let home = directory + "/" + name
-    try FileManager.default.createDirectory(atPath: home + "/state", withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(
+      atPath: home + "/state", withIntermediateDirectories: true)
     return ["XDG_CONFIG_HOME": home + "/config", "XDG_STATE_HOME": home + "/state"]
   }
 
@@ -52,7 +53,9 @@ final class IdentityMountTests: XCTestCase {
   private func keygen(_ environment: [String: String], _ extra: [String] = []) throws -> String {
     let result = try mount9bbs(["keygen"] + extra, environment)
     XCTAssertEqual(result.status, 0, result.output)
-    let line = result.output.split(separator: "\n").first { $0.hasPrefix("Your identity on boards: ") }
+    let line = result.output.split(separator: "\n").first {
+      $0.hasPrefix("Your identity on boards: ")
+    }
     let identity = try XCTUnwrap(line?.split(separator: " ").last.map(String.init), result.output)
     XCTAssertEqual(identity.count, 40)
     return identity
@@ -64,7 +67,8 @@ final class IdentityMountTests: XCTestCase {
     return path
   }
 
-  private func startServer(auth: String = "required", listen: String? = nil) throws -> ServerProcess {
+  private func startServer(auth: String = "required", listen: String? = nil) throws -> ServerProcess
+  {
     let server = try ServerProcess(transport: "unix", extra: ["--auth", auth], listen: listen)
     addTeardownBlock { server.stop() }
     return server
@@ -91,7 +95,8 @@ final class IdentityMountTests: XCTestCase {
     let mountpoint = try mountpoint()
     for foreground in [false, true] {
       let arguments =
-        (foreground ? ["-f"] : []) + (options.isEmpty ? [] : ["-o", options.joined(separator: ",")])
+        (foreground ? ["-f"] : [])
+        + (options.isEmpty ? [] : ["-o", options.joined(separator: ",")])
         + [server.address, mountpoint]
       let result = try mount9bbs(arguments, environment)
       let context = "mount9bbs \(arguments.joined(separator: " ")):\n\(result.output)"
@@ -101,7 +106,8 @@ final class IdentityMountTests: XCTestCase {
       XCTAssertTrue(lines.first?.hasPrefix("mount9bbs: ") ?? false, context, file: file, line: line)
       for phrase in phrases {
         XCTAssertTrue(
-          result.output.contains(phrase), "missing “\(phrase)” in \(context)", file: file, line: line)
+          result.output.contains(phrase), "missing “\(phrase)” in \(context)", file: file,
+          line: line)
       }
       XCTAssertFalse(isMounted(mountpoint), "left a mount: \(context)", file: file, line: line)
       XCTAssertTrue(
@@ -116,7 +122,7 @@ final class IdentityMountTests: XCTestCase {
     let server = try startServer()
     let alice = try user("alice")
     let identity = try keygen(alice)
-    let key = alice["XDG_CONFIG_HOME"]! + "/mount9bbs/identity"
+    let key = try XCTUnwrap(alice["XDG_CONFIG_HOME"]) + "/mount9bbs/identity"
     var info = stat()
     XCTAssertEqual(stat(key, &info), 0)
     XCTAssertEqual(info.st_mode & 0o777, 0o600)
@@ -130,7 +136,9 @@ final class IdentityMountTests: XCTestCase {
     try sh("echo 'hello, signed' > \(mountpoint)/chat/post")
     XCTAssertTrue(
       waitUntil(timeout: 10) {
-        chatLines(tail.text) == [ChatLine(author: String(identity.prefix(8)), text: "hello, signed")]
+        chatLines(tail.text) == [
+          ChatLine(author: String(identity.prefix(8)), text: "hello, signed")
+        ]
       }, tail.text)
 
     let status = try mount9bbs(["status", mountpoint], alice)
@@ -157,7 +165,8 @@ final class IdentityMountTests: XCTestCase {
     // Dave: his existing SSH key, held by his ssh-agent.
     let agent = try SSHAgentProcess()
     addTeardownBlock { agent.stop() }
-    XCTAssertEqual(try shell("ssh-keygen -q -t ed25519 -N '' -C dave -f \(directory)/dave.key").status, 0)
+    XCTAssertEqual(
+      try shell("ssh-keygen -q -t ed25519 -N '' -C dave -f \(directory)/dave.key").status, 0)
     try agent.add(directory + "/dave.key")
     let dave = try user("dave").merging(agent.environment) { $1 }
     let shown = try mount9bbs(["keygen", "--show", "--file", "agent"], dave)
@@ -187,7 +196,8 @@ final class IdentityMountTests: XCTestCase {
     _ = try keygen(frank)
     let erinMount = try mount(server, erin, at: "mnt")
     let frankMount = try mount(server, frank, at: "mnt2")
-    let erinTail = try background(self, "/usr/bin/tail", ["-f", erinMount.mountpoint + "/chat/lobby"])
+    let erinTail = try background(
+      self, "/usr/bin/tail", ["-f", erinMount.mountpoint + "/chat/lobby"])
     let frankTail = try background(
       self, "/usr/bin/tail", ["-f", frankMount.mountpoint + "/chat/lobby"])
     let texts = (1...6).map { "line \($0)" }
@@ -230,10 +240,11 @@ final class IdentityMountTests: XCTestCase {
     let henry = try user("henry")
     // A key others can read, given or found where keygen put it: refused, not a guest mount.
     _ = try keygen(henry)
-    let key = henry["XDG_CONFIG_HOME"]! + "/mount9bbs/identity"
+    let key = try XCTUnwrap(henry["XDG_CONFIG_HOME"]) + "/mount9bbs/identity"
     XCTAssertEqual(chmod(key, 0o644), 0)
     try expectRefusal(
-      server, henry, saying: ["the key \(key) is readable by others (permissions 0644)", "chmod 600"])
+      server, henry,
+      saying: ["the key \(key) is readable by others (permissions 0644)", "chmod 600"])
     try expectRefusal(
       server, henry, options: ["identity=" + key], saying: ["readable by others"])
     // auth=required with no key at all.
@@ -263,7 +274,9 @@ final class IdentityMountTests: XCTestCase {
     let tail = try background(self, "/usr/bin/tail", ["-f", mount.mountpoint + "/chat/lobby"])
     try sh("echo 'plain board' > \(mount.mountpoint)/chat/post")
     XCTAssertTrue(
-      waitUntil(timeout: 10) { chatLines(tail.text) == [ChatLine(author: "henry", text: "plain board")] },
+      waitUntil(timeout: 10) {
+        chatLines(tail.text) == [ChatLine(author: "henry", text: "plain board")]
+      },
       tail.text)
   }
 }

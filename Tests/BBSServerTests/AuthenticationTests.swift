@@ -31,7 +31,8 @@ final class AuthenticationTests: ServerTestCase {
   private func client() throws -> WireClient {
     let client = try WireClient(address)
     clients.append(client)
-    guard case .rversion = try client.rpc(.tversion(msize: 8192, version: "9P2000"), tag: NineP.noTag)
+    guard
+      case .rversion = try client.rpc(.tversion(msize: 8192, version: "9P2000"), tag: NineP.noTag)
     else { throw TestError.unexpected("Rversion") }
     return client
   }
@@ -71,7 +72,8 @@ final class AuthenticationTests: ServerTestCase {
   private func guest() throws -> WireClient {
     let client = try client()
     guard
-      case .rattach = try client.rpc(.tattach(fid: 0, afid: NineP.noFid, uname: "mallory", aname: ""))
+      case .rattach = try client.rpc(
+        .tattach(fid: 0, afid: NineP.noFid, uname: "mallory", aname: ""))
     else { throw TestError.unexpected("guest attach failed") }
     return client
   }
@@ -112,7 +114,8 @@ final class AuthenticationTests: ServerTestCase {
     let first = try challenge(client, afid: 7, claim: alice.identity.hex)
     let second = try challenge(client, afid: 8, claim: alice.identity.hex)
     XCTAssertNotEqual(first, second)
-    XCTAssertEqual(try client.rpc(.tread(fid: 7, offset: 16, count: 64)), .rread(data: Array(first[16...])))
+    XCTAssertEqual(
+      try client.rpc(.tread(fid: 7, offset: 16, count: 64)), .rread(data: Array(first[16...])))
     XCTAssertEqual(try client.rpc(.tread(fid: 7, offset: 40, count: 64)), .rread(data: []))
   }
 
@@ -125,7 +128,8 @@ final class AuthenticationTests: ServerTestCase {
       try client.rpc(.tauth(afid: 7, uname: alice.identity.hex, aname: "")),
       .rerror(ename: "authentication not required"))
     // The uname is the user, unverified, as before.
-    guard case .rattach = try client.rpc(.tattach(fid: 0, afid: NineP.noFid, uname: "carol", aname: ""))
+    guard
+      case .rattach = try client.rpc(.tattach(fid: 0, afid: NineP.noFid, uname: "carol", aname: ""))
     else { return XCTFail("attach failed") }
     _ = try client.post("lobby:hi")
     XCTAssertTrue(try client.readFile("chat/lobby").hasSuffix("] carol: hi\n"))
@@ -140,10 +144,12 @@ final class AuthenticationTests: ServerTestCase {
       try client.rpc(.tauth(afid: 7, uname: String(repeating: "a", count: 64), aname: "")),
       .rerror(ename: "invalid identity"))
     guard
-      case .rauth = try client.rpc(.tauth(afid: 7, uname: String(repeating: "a", count: 63), aname: ""))
+      case .rauth = try client.rpc(
+        .tauth(afid: 7, uname: String(repeating: "a", count: 63), aname: ""))
     else { return XCTFail("a 63-byte identity is allowed") }
     XCTAssertEqual(
-      try client.rpc(.tauth(afid: 7, uname: "x", aname: "")), .rerror(ename: "cannot allocate afid"))
+      try client.rpc(.tauth(afid: 7, uname: "x", aname: "")), .rerror(ename: "cannot allocate afid")
+    )
   }
 
   func testTheChallengeMustBeReadFirst() throws {
@@ -232,7 +238,8 @@ final class AuthenticationTests: ServerTestCase {
     let response = try ChallengeResponse.respond(to: challenge, with: alice)
     Thread.sleep(forTimeInterval: 0.3)  // the point: the challenge outlives its 200 ms
     XCTAssertEqual(
-      try client.rpc(.tread(fid: 7, offset: 0, count: 64)), .rerror(ename: "authentication timeout"))
+      try client.rpc(.tread(fid: 7, offset: 0, count: 64)), .rerror(ename: "authentication timeout")
+    )
     XCTAssertEqual(
       try client.rpc(.twrite(fid: 8, offset: 0, data: response)),
       .rerror(ename: "authentication timeout"))
@@ -254,7 +261,8 @@ final class AuthenticationTests: ServerTestCase {
     // Clunking an afid frees its place; so does Tversion, for all of them.
     XCTAssertEqual(try client.rpc(.tclunk(fid: 10)), .rclunk)
     XCTAssertEqual(try respond(client, afid: 14, key: alice), .rwrite(count: 96))
-    guard case .rversion = try client.rpc(.tversion(msize: 8192, version: "9P2000"), tag: NineP.noTag)
+    guard
+      case .rversion = try client.rpc(.tversion(msize: 8192, version: "9P2000"), tag: NineP.noTag)
     else { return XCTFail("Tversion failed") }
     for afid: Fid in 20..<24 {
       guard case .rauth = try client.rpc(.tauth(afid: afid, uname: alice.identity.hex, aname: ""))
@@ -275,7 +283,8 @@ final class AuthenticationTests: ServerTestCase {
     // An afid that never finished is a guest too, when guests are allowed.
     let half = try client()
     _ = try challenge(half, afid: 7, claim: alice.identity.hex)
-    guard case .rattach = try half.rpc(.tattach(fid: 0, afid: 7, uname: alice.identity.hex, aname: ""))
+    guard
+      case .rattach = try half.rpc(.tattach(fid: 0, afid: 7, uname: alice.identity.hex, aname: ""))
     else { return XCTFail("attach failed") }
     _ = try half.post("lobby:not really alice")
     XCTAssertTrue(try half.readFile("chat/lobby").hasSuffix("] guest: not really alice\n"))
@@ -318,10 +327,13 @@ final class AuthenticationTests: ServerTestCase {
     // One person on two connections: one cursor (what the first read, the second does not).
     _ = try bobClient.post("lobby:three")
     let again = try aliceAgain.readFile("chat/lobby")
-    XCTAssertTrue(again.hasSuffix("\(bob.identity.short): three\n") && again.split(separator: "\n").count == 1, again)
+    XCTAssertTrue(
+      again.hasSuffix("\(bob.identity.short): three\n") && again.split(separator: "\n").count == 1,
+      again)
     _ = try aliceClient.open("chat/lobby", fid: 30)
     try aliceClient.send(.tread(fid: 30, offset: 0, count: 4096), tag: 31)
-    XCTAssertNil(aliceClient.reply(tag: 31, ifWithin: 0.2), "alice's cursor is past 'three': the read parks")
+    XCTAssertNil(
+      aliceClient.reply(tag: 31, ifWithin: 0.2), "alice's cursor is past 'three': the read parks")
     // Presence lists people by name, once each.
     let users = try bobClient.readFile("chat/users")
     XCTAssertEqual(users.split(separator: "\n").count, 2, users)
@@ -337,7 +349,8 @@ final class AuthenticationTests: ServerTestCase {
       _ = try client.open("chat/lobby", fid: 40)
       let reply = try client.rpc(.tread(fid: 40, offset: 0, count: 512))
       if index < 8 {
-        XCTAssertTrue(text(reply).hasSuffix("so reads do not park\n"), "reader \(index + 1): \(reply)")
+        XCTAssertTrue(
+          text(reply).hasSuffix("so reads do not park\n"), "reader \(index + 1): \(reply)")
       } else {
         XCTAssertEqual(reply, .rerror(ename: "out of memory"), "a board keeps 8 chat users")
       }

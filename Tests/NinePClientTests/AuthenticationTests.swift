@@ -124,7 +124,8 @@ final class ClientAuthenticationTests: XCTestCase {
       try failure(server.address, broken),
       .authentication(.signing(IdentityError.agentRefused(key: "that key").description)))
     // Still healthy after all that.
-    XCTAssertEqual(try connect(server.address, configuration(alice)).authenticatedIdentity, alice.identity.hex)
+    XCTAssertEqual(
+      try connect(server.address, configuration(alice)).authenticatedIdentity, alice.identity.hex)
   }
 
   func testServersThatDoNotAuthenticate() throws {
@@ -177,7 +178,8 @@ final class ClientAuthenticationTests: XCTestCase {
     defer { pool.close() }
     let stream = try Session.placed(pool, .stream)
     XCTAssertFalse(stream === pool.primary, "a second session was dialled")
-    XCTAssertEqual(pool.sessions.map(\.authenticatedIdentity), [alice.identity.hex, alice.identity.hex])
+    XCTAssertEqual(
+      pool.sessions.map(\.authenticatedIdentity), [alice.identity.hex, alice.identity.hex])
     stream.releaseStream()
 
     // The server goes and comes back (a board out of range and back): the new session proves
@@ -188,7 +190,8 @@ final class ClientAuthenticationTests: XCTestCase {
     server = try startServer("required", listen: "unix!" + socket)
     XCTAssertTrue(waitUntil(timeout: 10) { pool.linkState == .up && pool.generation != generation })
     XCTAssertEqual(pool.primary.authenticatedIdentity, alice.identity.hex)
-    XCTAssertTrue(try postAndRead(pool.primary, "back again").hasSuffix("\(alice.identity.short): back again"))
+    XCTAssertTrue(
+      try postAndRead(pool.primary, "back again").hasSuffix("\(alice.identity.short): back again"))
     XCTAssertTrue(server.log.contains("authenticated \(alice.identity.hex)"), server.log)
   }
 
