@@ -100,10 +100,14 @@ public enum AuthenticationError: Error, Sendable, Equatable, CustomStringConvert
   /// Another Rerror during authentication.
   case server(String)
 
-  /// The error for a server's Rerror text.
+  /// The error for a server's Rerror text. Plan 9's lib9p prefixes its program name
+  /// (`u9fs: authentication not required`).
   public init(ename: String) {
+    if ename.hasSuffix("authentication not required") {
+      self = .notRequired
+      return
+    }
     switch ename {
-    case "authentication not required": self = .notRequired
     case "invalid identity": self = .invalidIdentity
     case "authentication timeout": self = .expired
     case "invalid auth response size": self = .invalidResponseSize
@@ -114,6 +118,15 @@ public enum AuthenticationError: Error, Sendable, Equatable, CustomStringConvert
     case "authentication incomplete": self = .incomplete
     case "too many concurrent authentications": self = .busy
     default: self = .server(ename)
+    }
+  }
+
+  /// Whether a Tauth answered so means that the server does not do this authentication at
+  /// all (it does not need it, or speaks no Tauth we know), rather than refusing ours.
+  var meansNoAuthentication: Bool {
+    switch self {
+    case .notRequired, .server: true
+    default: false
     }
   }
 

@@ -196,8 +196,10 @@ public final class Session: @unchecked Sendable {
       _ = try authenticationStep(
         .tauth(afid: afid, uname: authentication.identity, aname: configuration.aname),
         timeout: timeout)
-    } catch .authentication(.notRequired) where authentication.policy == .auto {
-      // The server made no afid.
+    } catch .authentication(let error) where error.meansNoAuthentication {
+      // The server made no afid. With auth=auto, attach as before; the attach says whether
+      // the server wanted authentication after all.
+      guard authentication.policy == .auto else { throw .authentication(error) }
       releaseFid(afid)
       return NineP.noFid
     }
