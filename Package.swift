@@ -100,7 +100,7 @@ let package = Package(
       name: "Mount9BBSCommand",
       dependencies: [
         "BBSMount", "FuseKit", "BBSServer", "NinePClient", "NinePTransport", "BBSDiscovery",
-        "BBSIdentity",
+        "BBSIdentity", "CSdBus",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ],

@@ -31,11 +31,12 @@ struct BBSDaemonCommand: ParsableCommand {
       key)[:20] (mount9bbs keygen prints it). Chat lines show an identity by its nickname \
       (--nickname) or its first 8 characters, read cursors follow the identity, and an attach \
       without authentication is a guest (refused with --auth required).
-      """)
+      """,
+    version: ProductVersion.current)
 
   @Option(
     name: .customLong("listen"),
-    help: "Listen address: tcp!host!port, unix!/path or seqpacket!/path[!sdu] (repeatable).")
+    help: "Listen address: tcp:host:port, unix:/path or seqpacket:/path[:sdu] (repeatable).")
   var listen: [String] = []
 
   @Flag(help: "Serve one session on standard input and output.")

@@ -2,17 +2,20 @@ import Foundation
 import Logging
 import NinePTransport
 
-/// A board named instead of dialled: `ble!NAME`, `ble!BDADDR` or `mdns!NAME`.
+/// A board named instead of dialled: `ble:NAME`, `ble:BDADDR` or `mdns:NAME` (or with `!`:
+/// `ble!NAME`…).
 public struct BoardReference: Sendable, Hashable, CustomStringConvertible {
   /// Where to look for the board.
   public var kind: CachedBoard.Kind
   /// The name (or, for Bluetooth, the address) asked for.
   public var name: String
 
-  /// Parses `ble!…` or `mdns!…`; nil for any other string (an ordinary dial string).
+  /// Parses `ble:…`, `mdns:…`, `ble!…` or `mdns!…`; nil for any other string (an ordinary
+  /// dial string).
   /// - Throws: ``DiscoveryError/badBoardName(_:reason:)`` when the name part is empty.
   public init?(parsing text: String) throws(DiscoveryError) {
-    guard let bang = text.firstIndex(of: "!") else { return nil }
+    // The first separator decides: `ble:C0:FF:…` and `ble!C0:FF:…` both name an address.
+    guard let bang = text.firstIndex(where: { $0 == "!" || $0 == ":" }) else { return nil }
     let scheme = text[..<bang].lowercased()
     let rest = String(text[text.index(after: bang)...])
     switch scheme {
@@ -23,7 +26,8 @@ public struct BoardReference: Sendable, Hashable, CustomStringConvertible {
     guard !rest.isEmpty else {
       throw .badBoardName(
         text,
-        reason: "no name after '!'; list boards with: mount9bbs scan\(kind == .lan ? " --lan" : "")"
+        reason:
+          "no name after '\(text[bang])'; list boards with: mount9bbs scan\(kind == .lan ? " --lan" : "")"
       )
     }
     name = rest

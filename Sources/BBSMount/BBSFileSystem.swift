@@ -180,53 +180,18 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     file: FuseFileInfo?
   ) {
     guard let node = inodes.node(inode) else { return reply(request, ENOENT) }
-    // Streams, posts and drafts have no server-side size or times to change: `echo > post`
-    // truncates first, and that must not fail.
-    if nodes.isLocal(node.kind) || file.map({ handles[$0.handle] is DraftHandle }) == true {
-      _ = request.replyAttr(nodes.attributes(for: node), timeout: 0)
-      return
-    }
-    if options.readOnly { return reply(request, EROFS) }
-    var wanted = Stat.unchanged
-    var asks = false
-    if changes.contains(.size) {
-      wanted.length = UInt64(max(0, attributes.st_size))
-      asks = true
-    }
-    if changes.contains(.mode) {
-      wanted.mode = FileMode(
-        rawValue: (node.stat?.mode.rawValue ?? 0) & ~0o777 | UInt32(attributes.st_mode) & 0o777)
-      asks = true
-    }
-    if !asks {
-      // Times only: 9BBS servers cannot set them and `touch` must still work.
-      _ = request.replyAttr(nodes.attributes(for: node), timeout: nodes.timeout(for: node))
-      return
-    }
-    remote.wstat(node.path, wanted) { [self] result in
-      switch result {
-      case .success:
-        inodes.invalidate(inode)
-        listings.invalidate(Array(node.path.dropLast()))
-        tree.refresh(node) { [self] fresh in
-          switch fresh {
-          case .success(let updated): request.replyAttr(nodes.attributes(for: updated), timeout: 0)
-          case .failure(let error): request.replyError(error.errno)
-          }
-        }
-      case .failure(let error):
-        // "wstat not supported": a truncate that cannot be done is a permission matter.
-        request.replyError(error.errno == EIO ? EPERM : error.errno)
-      }
-    }
+    changeAttributes(request, node: node, attributes: attributes, changes: changes, file: file)
   }
 
+  /// `df` and `statfs(2)`. 9P2000 has no request for a server's size or free space, so the
+  /// block and inode counts are 0, which `df` shows as sizes 0 and use `-`: unknown, not full
+  /// (a count of the nodes seen so far with none free would read as a full file system).
   public func statfs(_ request: FuseRequest, inode: FuseInode) {
     var info = statvfs()
     info.f_bsize = 4096
     info.f_frsize = 4096
-    info.f_namemax = 255
-    info.f_files = UInt(inodes.count)
+    // A board's walk takes names of at most 63 bytes (facts §1.7).
+    info.f_namemax = pool.configuration.profile == .device ? 63 : 255
     request.replyStatfs(info)
   }
 

@@ -13,6 +13,8 @@ public struct MountOptions: Sendable {
   /// Owner shown for every file (the server's "zephyr" means nothing here).
   public var uid: UInt32
   public var gid: UInt32
+  /// Permission bits cleared from every mode shown (`-o umask=`, as sshfs).
+  public var umask: UInt32 = 0
   /// The absolute mount point: tells a `tail -f` that follows only rooms from one that also
   /// follows files elsewhere (see ``RoomFollowing``). Nil: room `fstat`s never wait.
   public var mountpoint: String?

@@ -2,4 +2,6 @@
 #define CSDBUS_SHIM_H
 // sd-bus, libsystemd's D-Bus client: BBSDiscovery talks to BlueZ through it.
 #include <systemd/sd-bus.h>
+// sd-journal: mount9bbs's detached daemon logs to the journal through it.
+#include <systemd/sd-journal.h>
 #endif

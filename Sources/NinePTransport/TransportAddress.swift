@@ -8,15 +8,18 @@ public enum BluetoothSecurity: String, Sendable {
   case low, medium, high
 }
 
-/// Where a 9P server is, parsed from a Plan 9 style dial string.
+/// Where a 9P server is, parsed from a dial string.
 ///
-/// Accepted forms:
-/// - `tcp!host!port`, `tcp!host` (port 564), `host:port`, `[v6addr]:port`
-/// - `unix!/path`
-/// - `seqpacket!/path` (SDU limit 245) and `seqpacket!/path!MTU`: a Unix `SOCK_SEQPACKET`
-///   socket standing in for an L2CAP channel
-/// - `l2cap!BDADDR!PSM` and `l2cap!BDADDR!PSM!public|random` (PSM decimal or `0x` hex)
-/// - `fd!N` (one bidirectional descriptor), `fd!R!W`, and `-` (standard input and output)
+/// Every form has two spellings: the colon form, which needs no quoting in any shell, and the
+/// Plan 9 `!` form (which bash's history expansion mangles unless quoted):
+/// - `tcp:host:port`, `tcp:host` (port 564), `host:port`, `[v6addr]:port`, `tcp:[v6addr]:port`;
+///   `tcp!host!port`, `tcp!host`
+/// - `unix:/path`; `unix!/path`
+/// - `seqpacket:/path` (SDU limit 245) and `seqpacket:/path:MTU`; `seqpacket!/path[!MTU]`:
+///   a Unix `SOCK_SEQPACKET` socket standing in for an L2CAP channel
+/// - `l2cap:BDADDR:PSM[:public|random]`; `l2cap!BDADDR!PSM[!public|random]` (PSM decimal or
+///   `0x` hex; the BDADDR is always six colon-separated pairs, so the colon form is unambiguous)
+/// - `fd:N`, `fd:R:W`; `fd!N`, `fd!R!W`; and `-` (standard input and output)
 public enum TransportAddress: Sendable, Hashable, CustomStringConvertible {
   /// A TCP server; `host` is a name or an IPv4/IPv6 literal (without brackets).
   case tcp(host: String, port: UInt16)
@@ -51,7 +54,23 @@ public enum TransportAddress: Sendable, Hashable, CustomStringConvertible {
     }
   }
 
-  /// The canonical dial string; parsing it gives back an equal address.
+  /// The canonical dial string in the colon form (safe to paste into a shell unquoted, as long
+  /// as host and path have no shell characters); parsing it gives back an equal address.
+  public var colonForm: String {
+    switch self {
+    case .tcp(let host, let port):
+      return host.contains(":") ? "tcp:[\(host)]:\(port)" : "tcp:\(host):\(port)"
+    case .unix(let path):
+      return "unix:\(path)"
+    case .seqpacket(let path, let sduLimit):
+      return sduLimit == Self.defaultSDULimit
+        ? "seqpacket:\(path)" : "seqpacket:\(path):\(sduLimit)"
+    case .l2cap, .fd:
+      return String(description.map { $0 == "!" ? ":" : $0 })
+    }
+  }
+
+  /// The canonical dial string in the Plan 9 form; parsing it gives back an equal address.
   public var description: String {
     switch self {
     case .tcp(let host, let port):
@@ -84,9 +103,12 @@ private struct DialStringParser {
   }
 
   func parse() throws(TransportError) -> TransportAddress {
-    if string.isEmpty { throw fail("it is empty; use e.g. tcp!host!564 or l2cap!BDADDR!PSM") }
+    if string.isEmpty { throw fail("it is empty; use e.g. tcp:host:5640 or l2cap:BDADDR:PSM") }
     if string == "-" { return .fd(read: 0, write: 1) }
-    if !string.contains("!") { return try parseHostPort() }
+    if !string.contains("!") {
+      if let colon = try parseColonForm() { return colon }
+      return try parseHostPort()
+    }
     let parts = string.split(separator: "!", omittingEmptySubsequences: false).map(String.init)
     let rest = Array(parts.dropFirst())
     switch parts[0].lowercased() {
@@ -97,6 +119,56 @@ private struct DialStringParser {
     case "fd": return try parseFD(rest)
     default:
       throw fail("unknown network '\(parts[0])'; use tcp, unix, seqpacket, l2cap or fd")
+    }
+  }
+
+  /// The colon form (`tcp:host:port`, `unix:/path`, `l2cap:BDADDR:PSM`…); nil when the string
+  /// does not start with a network name (then it is `host:port`).
+  func parseColonForm() throws(TransportError) -> TransportAddress? {
+    guard let colon = string.firstIndex(of: ":") else { return nil }
+    let network = string[..<colon].lowercased()
+    let rest = String(string[string.index(after: colon)...])
+    switch network {
+    case "tcp":
+      // `tcp:[v6]:port`, `tcp:host:port` or `tcp:host`.
+      if rest.hasPrefix("["), let close = rest.firstIndex(of: "]") {
+        let host = String(rest[rest.index(after: rest.startIndex)..<close])
+        let after = rest[rest.index(after: close)...]
+        if after.isEmpty { return try parseTCP([host]) }
+        guard after.hasPrefix(":") else { throw fail("expected tcp:[v6addr]:port") }
+        return try parseTCP([host, String(after.dropFirst())])
+      }
+      let pieces = rest.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+      guard pieces.count <= 2 else {
+        throw fail("expected tcp:host:port (an IPv6 address goes in brackets: tcp:[::1]:564)")
+      }
+      return try parseTCP(pieces)
+    case "unix":
+      return .unix(path: try unixPath(rest))
+    case "seqpacket":
+      // A trailing `:digits` after a path is the SDU size.
+      if let last = rest.lastIndex(of: ":"), rest[rest.index(after: last)...].allSatisfy(\.isNumber)
+      {
+        return try parseSeqpacket([String(rest[..<last]), String(rest[rest.index(after: last)...])])
+      }
+      return try parseSeqpacket([rest])
+    case "l2cap":
+      // Six pairs of the BDADDR, the PSM, and maybe the address type.
+      let pieces = rest.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+      guard pieces.count == 7 || pieces.count == 8 else {
+        if parseBluetoothAddress(rest) != nil {
+          throw fail("expected l2cap:BDADDR:PSM or l2cap:BDADDR:PSM:public|random")
+        }
+        throw fail(
+          "expected l2cap:BDADDR:PSM[:public|random], the BDADDR as six hex pairs like C0:FF:EE:00:00:01"
+        )
+      }
+      return try parseL2CAP([pieces[0..<6].joined(separator: ":")] + pieces[6...])
+    case "fd":
+      return try parseFD(
+        rest.split(separator: ":", omittingEmptySubsequences: false).map(String.init))
+    default:
+      return nil
     }
   }
 
@@ -113,12 +185,14 @@ private struct DialStringParser {
     let pieces = string.split(separator: ":", omittingEmptySubsequences: false)
     if pieces.count == 1 {
       if string.hasPrefix("/") || string.hasPrefix(".") {
-        throw fail("a socket path needs a network, e.g. unix!\(string) or seqpacket!\(string)")
+        throw fail("a socket path needs a network, e.g. unix:\(string) or seqpacket:\(string)")
       }
-      throw fail("no port given; write \(string):564 or tcp!\(string)")
+      throw fail(
+        "no port given; write \(string):5640 for 9bbsd, or tcp:\(string) for a 9P server on the standard port 564"
+      )
     }
     if pieces.count > 2 {
-      throw fail("an IPv6 address must be written in brackets, e.g. [::1]:564 or tcp!::1!564")
+      throw fail("an IPv6 address must be written in brackets, e.g. [::1]:5640 or tcp:[::1]:564")
     }
     return .tcp(host: try tcpHost(String(pieces[0])), port: try port(String(pieces[1])))
   }

@@ -15,6 +15,7 @@ import ArgumentParser
 import Dispatch
 import Foundation
 import Glibc
+import NinePTransport
 
 @main
 struct BenchCommand: ParsableCommand {
@@ -24,7 +25,8 @@ struct BenchCommand: ParsableCommand {
     discussion: """
       Run as root from a release build: swift build -c release && \
       swift run -c release mount9bbs-bench. Sections: cat, client, meta, chat, daemon, ble, people.
-      """)
+      """,
+    version: ProductVersion.current)
 
   @Option(
     help: "Comma-separated sections: cat,client,meta,chat,daemon,ble,people (default: all).")

@@ -6,12 +6,12 @@ import Foundation
 /// shows the identity of a key you have.
 struct KeygenCommand: ParsableCommand {
   static let configuration = CommandConfiguration(
-    commandName: "mount9bbs keygen",
+    commandName: "keygen",
     abstract: "Make a key: your identity on boards that authenticate.",
     discussion: """
       Writes an Ed25519 (or, with --type p256, ECDSA P-256) private key in OpenSSH's format, \
-      readable by you alone, to \(KeyFile.defaultPath().replacingOccurrences(of: NSHomeDirectory(), with: "~")) \
-      ($XDG_CONFIG_HOME/mount9bbs/identity), its public half beside it (.pub), and prints \
+      readable by you alone, to $XDG_CONFIG_HOME/mount9bbs/identity (else \
+      ~/.config/mount9bbs/identity), its public half beside it (.pub), and prints \
       your identity: 40 hex characters, the first 20 bytes of SHA-256 over the public key. \
       Mounts use that key by default; -o identity=PATH or -o identity=agent picks another.
 
@@ -47,7 +47,7 @@ struct KeygenCommand: ParsableCommand {
     let source = KeySource(parsing: file ?? KeyFile.defaultPath())
     if show {
       do {
-        print(try source.load().identity)
+        Console.output("\(try source.load().identity)")
       } catch {
         Diagnostics.fail("mount9bbs: \(error)")
         throw ExitCode(1)
@@ -64,9 +64,9 @@ struct KeygenCommand: ParsableCommand {
       Diagnostics.fail("mount9bbs: \(error)")
       throw ExitCode(1)
     }
-    print(
+    Console.output(
       "Wrote an \(key.algorithm) key to \(path) (mode 0600) and its public half to \(path).pub.")
-    print("Your identity on boards: \(key.identity)")
+    Console.output("Your identity on boards: \(key.identity)")
   }
 
   /// `user@host`, as ssh-keygen writes.

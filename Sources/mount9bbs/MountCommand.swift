@@ -1,15 +1,21 @@
 // mount9bbs: mount a 9P bulletin-board system as files.
 //
-//   mount9bbs [-f] [-d] [-o opt[,opt…]] ADDRESS MOUNTPOINT
-//   mount9bbs --local [-f] MOUNTPOINT
-//   mount9bbs -u MOUNTPOINT
+//   mount9bbs [mount] [-f] [-d] [-o opt[,opt…]] ADDRESS MOUNTPOINT
+//   mount9bbs [mount] --local [-f] MOUNTPOINT
+//   mount9bbs unmount [--force] MOUNTPOINT        (also: mount9bbs -u MOUNTPOINT)
+//   mount9bbs status [MOUNTPOINT] [--json]         (StatusCommand)
 //   mount9bbs scan [--timeout S] [--json] [--feature F] [--lan]   (ScanCommand)
+//   mount9bbs keygen [--type ed25519|p256] [--file PATH] [--show]   (KeygenCommand)
 //
 // Without -f the command returns once the mount is ready and a detached daemon serves it,
 // like sshfs: the front process re-runs itself in the foreground with a readiness pipe
 // (`--ready-fd`), in a new session, and exits with the daemon's verdict.
 //
-// ADDRESS may name a board instead (`ble!NAME`, `ble!BDADDR`, `mdns!NAME`): the front process
+// Installed as `mount.mount9bbs` or `mount.fuse.mount9bbs`, it follows mount(8)'s helper
+// convention (`mount.TYPE SOURCE DIR [-sfnv] [-o OPTIONS]`), so `mount -t fuse.mount9bbs` and
+// fstab lines work.
+//
+// ADDRESS may name a board instead (`ble:NAME`, `ble:BDADDR`, `mdns:NAME`): the front process
 // resolves it (discovery cache, else a short scan) into dial strings and hands them to the
 // daemon with `--resolved`, so the daemon never scans.
 
@@ -24,59 +30,117 @@ import NinePTransport
 
 @main
 enum Mount9BBSMain {
-  /// `mount9bbs scan …` and `mount9bbs status …` are subcommands; everything else is the
-  /// mount command, whose first positional argument is an address (so ArgumentParser's
-  /// subcommands cannot tell them apart).
+  /// The arguments as parsed (after translating a mount helper's call): what the detached
+  /// daemon is started with.
+  nonisolated(unsafe) static var arguments: [String] = []
+
   static func main() {
-    let arguments = Array(CommandLine.arguments.dropFirst())
-    switch arguments.first {
-    case "scan": ScanCommand.main(Array(arguments.dropFirst()))
-    case "status": StatusCommand.main(Array(arguments.dropFirst()))
-    case "keygen": KeygenCommand.main(Array(arguments.dropFirst()))
-    default: Mount9BBS.main(arguments)
+    let name = (CommandLine.arguments.first ?? "").split(separator: "/").last.map(String.init)
+    var given = Array(CommandLine.arguments.dropFirst())
+    if let name, name.hasPrefix("mount.") {
+      switch MountHelperCall.translate(given) {
+      case .mount(let translated): given = translated
+      case .fake: exit(0)
+      case .invalid(let reason):
+        Diagnostics.fail("\(name): \(reason)")
+        // mount(8)'s "usage or syntax error".
+        exit(1)
+      }
     }
+    arguments = given
+    Mount9BBS.main(given)
   }
 }
 
+/// The `mount9bbs` command: its subcommands, `mount` being the default, so the sshfs-like
+/// `mount9bbs ADDRESS MOUNTPOINT` works as it always did.
 struct Mount9BBS: ParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "mount9bbs",
     abstract: "Mount a 9P bulletin-board system (a 9BBS device or any 9P2000 server) as files.",
     usage: """
-      mount9bbs [-f] [-d] [-o opt[,opt…]] ADDRESS MOUNTPOINT
-      mount9bbs --local [-f] MOUNTPOINT
-      mount9bbs -u MOUNTPOINT
+      mount9bbs [mount] [-f] [-d] [-o opt[,opt…]] ADDRESS MOUNTPOINT
+      mount9bbs [mount] --local [-f] MOUNTPOINT
+      mount9bbs unmount [--force] MOUNTPOINT     (or: mount9bbs -u MOUNTPOINT)
+      mount9bbs status [MOUNTPOINT] [--json]
       mount9bbs scan [--timeout S] [--json] [--feature F] [--lan]
-      mount9bbs status MOUNTPOINT [--json]
       mount9bbs keygen [--type ed25519|p256] [--file PATH] [--show]
+      mount9bbs help [SUBCOMMAND]
       """,
     discussion: """
-      ADDRESS is a dial string: tcp!host!port, host:port, unix!/path, seqpacket!/path[!mtu], \
-      l2cap!BDADDR!PSM[!public|random], fd!N, or - (stdin/stdout); or a board's name: \
-      ble!NAME or ble!BDADDR (Bluetooth LE, 9PIS) or mdns!NAME (LAN), looked up in the cache \
-      of `mount9bbs scan`, else found by a short scan.
-
-      mount9bbs scan finds boards over Bluetooth LE, or with --lan 9P servers on the LAN \
-      (see mount9bbs scan --help).
-
-      Options (-o, comma-separated): uname=NAME, aname=PATH, msize=BYTES,
-      profile=device|multiplex, sessions=N, ro, allow_other, default_permissions,
-      timeout=SECONDS, stream=GLOB (repeatable), reconnect=on|off, keepalive=SECONDS,
-      outbox=on|off, history=on|off, identity=PATH|agent[:MATCH], auth=auto|required|off,
-      and libfuse's own options.
-
-      mount9bbs keygen makes the key that is your identity on boards that authenticate
-      (see mount9bbs keygen --help).
-
-      mount9bbs status shows a mount's link, sessions, outbox and room feeds.
+      Without a subcommand, mount9bbs mounts: `mount9bbs ADDRESS MOUNTPOINT` is \
+      `mount9bbs mount ADDRESS MOUNTPOINT` (see `mount9bbs help mount` for addresses and -o \
+      options).
 
       Examples:
         mount9bbs --local ./mnt
-        mount9bbs tcp!bbs.local!564 ~/bbs
-        mount9bbs l2cap!C0:FF:EE:00:00:01!0x0080 ~/bbs
-        mount9bbs scan && mount9bbs 'ble!THE_GRID' ~/bbs
-        mount9bbs scan --lan && mount9bbs 'mdns!My BBS' ~/bbs
+        mount9bbs tcp:bbs.local:5640 ~/bbs
+        mount9bbs l2cap:C0:FF:EE:00:00:01:0x0080 ~/bbs
+        mount9bbs scan && mount9bbs ble:THE_GRID ~/bbs
+        mount9bbs status
         mount9bbs -u ~/bbs
+      """,
+    version: ProductVersion.current,
+    subcommands: [
+      MountCommand.self, UnmountCommand.self, StatusCommand.self, ScanCommand.self,
+      KeygenCommand.self,
+    ],
+    defaultSubcommand: MountCommand.self)
+}
+
+struct MountCommand: ParsableCommand {
+  static let configuration = CommandConfiguration(
+    commandName: "mount",
+    abstract: "Mount a board (the default subcommand).",
+    usage: """
+      mount9bbs [-f] [-d] [-o opt[,opt…]] ADDRESS MOUNTPOINT
+      mount9bbs --local [-f] MOUNTPOINT
+      mount9bbs -u [--force] MOUNTPOINT
+      """,
+    discussion: """
+      ADDRESS is a dial string: tcp:HOST:PORT (or HOST:PORT, [V6ADDR]:PORT), unix:/PATH, \
+      seqpacket:/PATH[:MTU], l2cap:BDADDR:PSM[:public|random], fd:N, or - (stdin/stdout); \
+      or a board's name: ble:NAME or ble:BDADDR (Bluetooth LE, 9PIS) or mdns:NAME (LAN), \
+      looked up in the cache of `mount9bbs scan`, else found by a short scan. The Plan 9 \
+      forms with ! (tcp!HOST!PORT and so on) work too, quoted: bash expands an unquoted !. 9bbsd \
+      listens on port 5640; 564 is 9P's standard port.
+
+      Options (-o, comma-separated, repeatable):
+        uname=NAME            9P user name (default: your login name)
+        aname=PATH            attach to a subtree
+        msize=BYTES           largest 9P message asked for
+        profile=device|multiplex   wire discipline (default from the transport)
+        sessions=N            most connections to the server, 1-16
+        timeout=SECONDS       how long a request may wait (30)
+        stream=GLOB           more paths to treat as streams (repeatable)
+        reconnect[=on|off]    re-dial a lost link (on)
+        keepalive=SECONDS     probe an idle link (15; 0: off); alias ServerAliveInterval
+        ServerAliveCountMax=N unanswered probes before the link is dead (2)
+        outbox=on|off         keep posts made offline and send them later (on)
+        history=on|off        keep rooms' lines on disk for the next mount (on)
+        uid=N, gid=N          owner and group shown for every file (default: yours)
+        umask=MODE            permission bits to clear, octal (e.g. 077)
+        idmap=user            accepted for sshfs: files are always shown as yours
+        ro, rw                read-only or read-write mount
+        allow_other           let other users in (turns on default_permissions)
+        default_permissions   let the kernel check the modes
+        nonempty              allow a non-empty mount point
+        debug                 as -d
+        log=FILE              a detached daemon logs here (default: the journal, else syslog)
+        identity=PATH|agent[:MATCH]   the key that proves who you are (default: the key of \
+      mount9bbs keygen, if there is one); alias IdentityFile
+        auth=auto|required|off   when to prove it: where the board wants it (auto), always, \
+      or never
+        libfuse's and the kernel's: fsname=, subtype=, max_read=, auto_unmount, dev, nodev, \
+      suid, nosuid, exec, noexec, atime, noatime, relatime, sync, async, dirsync and the like.
+      fstab's own (noauto, nofail, _netdev, user, x-*, ...) are ignored. Any other option is an \
+      error that names it.
+
+      Examples:
+        mount9bbs --local ./mnt
+        mount9bbs tcp:bbs.local:5640 ~/bbs
+        mount9bbs -o uname=alice,reconnect unix:/run/9bbs.sock ~/bbs
+        mount9bbs ble:THE_GRID ~/bbs
       """)
 
   @Flag(name: .customShort("f"), help: "Stay in the foreground.")
@@ -94,6 +158,9 @@ struct Mount9BBS: ParsableCommand {
   @Flag(name: .customShort("u"), help: "Unmount MOUNTPOINT (also a mount whose daemon died).")
   var unmount = false
 
+  @Flag(help: "With -u: unmount even a mount that is not mount9bbs's.")
+  var force = false
+
   @Option(name: .customLong("ready-fd"), help: .hidden)
   var readyFD: Int32?
 
@@ -107,6 +174,7 @@ struct Mount9BBS: ParsableCommand {
   func validate() throws {
     let wanted = (local || unmount) ? 1 : 2
     if local && unmount { throw ValidationError("--local and -u cannot be used together.") }
+    if force && !unmount { throw ValidationError("--force goes with -u.") }
     guard arguments.count == wanted else {
       if arguments.isEmpty { throw ValidationError("Missing MOUNTPOINT.") }
       if wanted == 2 && arguments.count == 1 {
@@ -119,7 +187,7 @@ struct Mount9BBS: ParsableCommand {
 
   func run() throws {
     if unmount {
-      return try runUnmount(arguments[0])
+      return try Unmounter.unmount(arguments[0], force: force)
     }
     let mountpoint = arguments[arguments.count - 1]
     let parsed: ParsedOptions
@@ -128,10 +196,11 @@ struct Mount9BBS: ParsableCommand {
     } catch {
       throw ValidationError("\(error)")
     }
+    let debug = debug || parsed.debug
     var addresses: [TransportAddress] = []
     if !local {
       do {
-        addresses = try resolveAddress(arguments[0])
+        addresses = try resolveAddress(arguments[0], debug: debug)
       } catch let error as DiscoveryError {
         Diagnostics.fail("mount9bbs: \(error)")
         throw ExitCode(1)
@@ -148,12 +217,13 @@ struct Mount9BBS: ParsableCommand {
       return
     }
     let handOver = resolved.isEmpty ? addresses.flatMap { ["--resolved", $0.description] } : []
-    throw ExitCode(Detacher.spawnAndWait(extraArguments: handOver))
+    throw ExitCode(
+      Detacher.spawnAndWait(arguments: Mount9BBSMain.arguments + handOver))
   }
 
   /// The addresses to dial for ADDRESS: a dial string's one address, or those a board name
   /// resolves to (handed over in `--resolved`, else from the cache or a short scan).
-  private func resolveAddress(_ text: String) throws -> [TransportAddress] {
+  private func resolveAddress(_ text: String, debug: Bool) throws -> [TransportAddress] {
     guard let reference = try BoardReference(parsing: text) else {
       return [try TransportAddress(parsing: text)]
     }
@@ -165,11 +235,52 @@ struct Mount9BBS: ParsableCommand {
     let resolution = try BoardResolver(logger: logger).resolve(reference)
     return resolution.addresses
   }
+}
 
-  private func runUnmount(_ path: String) throws {
+/// `mount9bbs unmount MOUNTPOINT`, the same as `mount9bbs -u MOUNTPOINT`.
+struct UnmountCommand: ParsableCommand {
+  static let configuration = CommandConfiguration(
+    commandName: "unmount",
+    abstract: "Unmount a mount9bbs mount (also one whose daemon died).",
+    discussion: """
+      Asks the mount's daemon to stop (it answers waiting readers and unmounts), else \
+      unmounts lazily. Refuses a mount that is not mount9bbs's (an sshfs mount, say) unless \
+      --force is given.
+      """,
+    aliases: ["umount"])
+
+  @Flag(help: "Unmount even a mount that is not mount9bbs's.")
+  var force = false
+
+  @Argument(help: "The mount point.")
+  var mountpoint: String
+
+  func run() throws {
+    try Unmounter.unmount(mountpoint, force: force)
+  }
+}
+
+/// Stops a mount: its daemon if it lives, else a lazy unmount.
+enum Unmounter {
+  static func unmount(_ path: String, force: Bool) throws {
+    let absolute = RuntimeRecord.absolute(path)
+    if !force, let type = MountTable.type(at: absolute), type != MountTable.ownType {
+      let kind = type.hasPrefix("fuse.") ? String(type.dropFirst(5)) : type
+      Diagnostics.fail(
+        "mount9bbs: \(absolute) is not a mount9bbs mount (it is \(kind)); use --force to unmount it anyway"
+      )
+      throw ExitCode(1)
+    }
     // A live daemon is asked to stop: it answers blocked readers and unmounts itself.
-    let record = RuntimeRecord(mountpoint: path)
-    if let pid = record.livePID, FuseSession.isFuseMount(path: path) {
+    let record: RuntimeRecord?
+    do {
+      record = try RuntimeRecord(mountpoint: path)
+    } catch {
+      // Unmounting needs no record; only stopping the daemon politely does.
+      Diagnostics.fail("mount9bbs: \(error); unmounting without asking its daemon")
+      record = nil
+    }
+    if let pid = record?.livePID, FuseSession.isFuseMount(path: path) {
       kill(pid, SIGTERM)
       let deadline = Date(timeIntervalSinceNow: 5)
       while FuseSession.isFuseMount(path: path) && Date() < deadline {
@@ -179,7 +290,7 @@ struct Mount9BBS: ParsableCommand {
     }
     do {
       try FuseSession.unmount(path: path)
-      record.remove()
+      record?.remove()
     } catch {
       Diagnostics.fail("mount9bbs: \(error)")
       throw ExitCode(1)
@@ -187,10 +298,59 @@ struct Mount9BBS: ParsableCommand {
   }
 }
 
+/// What a mount helper is asked to do.
+enum MountHelperCall: Equatable {
+  /// Mount with these mount9bbs arguments.
+  case mount([String])
+  /// `-f`: mount(8)'s "fake" run; do nothing and succeed.
+  case fake
+  case invalid(String)
+
+  /// Translates `SOURCE DIR [-sfnv] [-o OPTIONS] [-t TYPE]` (mount(8)'s helper call) into
+  /// `mount SOURCE DIR -o OPTIONS`.
+  static func translate(_ given: [String]) -> MountHelperCall {
+    var positional: [String] = []
+    var options: [String] = []
+    var index = 0
+    while index < given.count {
+      let argument = given[index]
+      switch argument {
+      case "-o", "-t", "-N":
+        guard index + 1 < given.count else { return .invalid("\(argument) needs a value") }
+        if argument == "-o" { options.append(given[index + 1]) }
+        if argument == "-N" { return .invalid("-N (mount namespaces) is not supported") }
+        index += 2
+        continue
+      case "-f": return .fake
+      case "-s", "-n", "-v", "-r", "-w":
+        if argument == "-r" { options.append("ro") }
+      case "-h", "--help", "-V", "--version":
+        return .mount([argument])
+      default:
+        if argument.hasPrefix("-o") && argument.count > 2 {
+          options.append(String(argument.dropFirst(2)))
+        } else if argument.hasPrefix("-") && argument != "-" {
+          return .invalid("unknown flag \(argument)")
+        } else {
+          positional.append(argument)
+        }
+      }
+      index += 1
+    }
+    guard positional.count == 2 else {
+      return .invalid("usage: mount.mount9bbs ADDRESS MOUNTPOINT [-o OPTIONS]")
+    }
+    return .mount(
+      ["mount", positional[0], positional[1]]
+        + (options.isEmpty ? [] : ["-o", options.joined(separator: ",")]))
+  }
+}
+
 /// Writes a line to stderr (Swift 6 rejects touching `stderr` directly).
 enum Diagnostics {
+  /// Writes `message` as a line; control characters in it (from a server's error string, a
+  /// board's name) are shown escaped rather than sent to the terminal.
   static func fail(_ message: String) {
-    let line = message.hasSuffix("\n") ? message : message + "\n"
-    _ = line.utf8CString.withUnsafeBufferPointer { write(2, $0.baseAddress, $0.count - 1) }
+    Console.error(message)
   }
 }

@@ -5,6 +5,7 @@ import FuseKit
 import Logging
 import NinePClient
 import NinePTransport
+import Synchronization
 
 /// Connects, mounts and serves until unmounted; reports readiness or the first error.
 struct MountDaemon {
@@ -17,25 +18,37 @@ struct MountDaemon {
   /// PSMs).
   var fallbacks: [TransportAddress] = []
 
+  /// Whether the mount was reported ready (or failed) to the front process: exactly one
+  /// report goes through the readiness pipe.
+  private let verdict = Once()
+
   /// Runs the mount; returns the process exit code.
   func run() -> Int32 {
-    LoggingSystem.bootstrap { label in
-      var handler = StreamLogHandler.standardError(label: label)
-      handler.logLevel = debug ? .trace : .notice
-      return handler
-    }
+    DaemonLog.bootstrap(level: debug ? .trace : .notice)
     let logger = Logger(label: "mount9bbs")
     do {
       try serve(logger: logger)
       return 0
     } catch {
-      report("mount9bbs: \(error)")
+      // Before the mount was ready this goes to the user's terminal (the front process's
+      // pipe, or stderr with -f); after, to wherever the log went.
+      if !report("mount9bbs: \(error)") { logger.error("\(error)") }
       return 1
     }
   }
 
   private func serve(logger: Logger) throws(MountError) {
     // Local problems first: they are quick to find and need no server.
+    // A detached daemon's log file is opened now, so a bad path fails the mount.
+    let logFD = try options.logFile.map { path throws(MountError) in try DaemonLog.openLogFile(path)
+    }
+    let absoluteMountpoint = RuntimeRecord.absolute(mountpoint)
+    if let type = MountTable.type(at: absoluteMountpoint) {
+      let kind = type == MountTable.ownType ? "a mount9bbs mount" : "mounted (\(type))"
+      throw .refused(
+        "\(absoluteMountpoint) is already \(kind); unmount it first (mount9bbs -u) or mount elsewhere"
+      )
+    }
     do throws(FuseSessionError) {
       try FuseSession.checkDevice()
       try FuseSession.checkMountpoint(mountpoint, allowNonEmpty: options.allowNonEmpty)
@@ -72,7 +85,8 @@ struct MountDaemon {
     logger.info(
       "connected to \(pool.address) (\(profile) profile, msize \(primary.msize), \(user))")
 
-    var mountOptions = MountOptions(uid: getuid(), gid: getgid())
+    var mountOptions = MountOptions(uid: options.uid ?? getuid(), gid: options.gid ?? getgid())
+    mountOptions.umask = options.umask ?? 0
     mountOptions.readOnly = options.readOnly
     mountOptions.streamGlobs = options.streamGlobs
     // As /proc shows it in a process's open files: symbolic links resolved.
@@ -93,6 +107,15 @@ struct MountDaemon {
       throw .local("\(error)")
     }
 
+    // Checked before mounting: a mount that `-u` and `status` could not find is worse than
+    // none.
+    let runtimeDirectory: String
+    do {
+      runtimeDirectory = try RuntimeRecord.directory()
+    } catch {
+      throw .runtime(error)
+    }
+
     var fuseOptions = FuseMountOptions()
     fuseOptions.fsName = "9bbs:" + (address?.description ?? "local")
     fuseOptions.subtype = "mount9bbs"
@@ -101,6 +124,7 @@ struct MountDaemon {
     fuseOptions.readOnly = options.readOnly
     fuseOptions.allowNonEmptyMountpoint = options.allowNonEmpty
     fuseOptions.extraOptions = options.passthrough
+    fuseOptions.maxRead = options.maxRead
     fuseOptions.handleSignals = true
     fuseOptions.trace = debug
     fileSystem.prefetchRoot(timeout: .seconds(5))
@@ -113,8 +137,8 @@ struct MountDaemon {
     }
     // The server going away ends nothing here: readers wait and requests time out with a
     // clear errno (reconnecting is the pool's business).
-    RuntimeRecord.sweepStale()
-    let record = RuntimeRecord(mountpoint: mountpoint)
+    RuntimeRecord.sweepStale(in: runtimeDirectory)
+    let record = RuntimeRecord(mountpoint: mountpoint, in: runtimeDirectory)
     record.write(pid: getpid())
     defer { record.remove() }
     let shownMountpoint = RuntimeRecord.absolute(mountpoint)
@@ -125,17 +149,31 @@ struct MountDaemon {
       logger.warning("no control socket at \(record.controlPath); status will not work")
     }
     defer { control?.close() }
-    signalReady()
+    // Ready only once the kernel's INIT went through: a refused INIT (libfuse said why on
+    // stderr) must fail the command, not leave it reporting success over nothing.
+    Thread.detachNewThread { [self] in
+      var info = stat()
+      guard stat(absoluteMountpoint, &info) == 0, FuseSession.isFuseMount(path: absoluteMountpoint)
+      else { return }
+      // stderr leaves the front process's pipe before `ready` closes it: a line logged in
+      // between would otherwise hit a pipe nobody reads.
+      let detaching = readyFD != nil || logFD != nil
+      if signalReady(before: { if detaching { DaemonLog.detach(logFD: logFD) } }), detaching {
+        logger.info("mounted \(absoluteMountpoint)")
+      }
+    }
+    var loopError: FuseSessionError?
     do {
       try session.run()
     } catch {
-      logger.error("\(error)")
+      loopError = error
     }
     // Stopping is under way and bounded (feeds, then clunking every fid for at most 1 s): a
     // second SIGTERM or Ctrl-C (systemd, `kill` after `umount`) must not cut it short and leave
     // a board holding our fids.
     for stop in [SIGINT, SIGTERM, SIGHUP] { signal(stop, SIG_IGN) }
     fileSystem.shutdown()
+    if let loopError { throw .fuse(loopError) }
     logger.info("unmounted \(mountpoint)")
   }
 
@@ -149,6 +187,7 @@ struct MountDaemon {
       var policy = ReconnectPolicy()
       policy.enabled = options.reconnect
       policy.keepaliveInterval = options.keepalive
+      policy.keepaliveMisses = options.keepaliveMisses
       // A board parks 4 reads per session: following more than 4 rooms takes a second stream
       // session (dialled only then) rather than parking on the primary, where each read
       // would hold `ls` and posts back for the park grace.
@@ -169,21 +208,35 @@ struct MountDaemon {
     }
   }
 
-  private func signalReady() {
-    guard let readyFD else { return }
+  /// Tells the front process the mount is ready; false if a verdict went already.
+  private func signalReady(before: () -> Void = {}) -> Bool {
+    guard verdict.claim() else { return false }
+    before()
+    guard let readyFD else { return true }
     let text = "ready\n"
     _ = text.utf8CString.withUnsafeBufferPointer { write(readyFD, $0.baseAddress, $0.count - 1) }
     close(readyFD)
+    return true
   }
 
-  /// Reports an error where the user will see it: the front process's pipe, or stderr.
-  private func report(_ message: String) {
-    if let readyFD {
-      let text = message + "\n"
-      _ = text.utf8CString.withUnsafeBufferPointer { write(readyFD, $0.baseAddress, $0.count - 1) }
-      close(readyFD)
-    } else {
-      Diagnostics.fail(message)
+  /// Reports an error where the user will see it (stderr: the front process's pipe when
+  /// detached, else the terminal); false once the mount was reported ready.
+  private func report(_ message: String) -> Bool {
+    guard verdict.claim() else { return false }
+    Diagnostics.fail(message)
+    if let readyFD { close(readyFD) }
+    return true
+  }
+}
+
+/// True for the first caller of ``claim()`` only.
+final class Once: Sendable {
+  private let taken = Mutex(false)
+
+  func claim() -> Bool {
+    taken.withLock { taken in
+      defer { taken = true }
+      return !taken
     }
   }
 }
@@ -193,8 +246,10 @@ enum MountError: Error, CustomStringConvertible {
   case fuse(FuseSessionError)
   case connect(address: String, NinePError, identity: String? = nil)
   case local(String)
-  /// The key could not be loaded (or none was given where one is required).
-  case identity(String)
+  /// A mount the command will not make (the reason says why and what to do): also a key that
+  /// cannot be used, or none where one is required.
+  case refused(String)
+  case runtime(RuntimeDirectoryError)
 
   var description: String {
     switch self {
@@ -213,8 +268,10 @@ enum MountError: Error, CustomStringConvertible {
       return "cannot mount \(address): \(error)"
     case .local(let text):
       return "cannot start the built-in BBS: \(text)"
-    case .identity(let text):
+    case .refused(let text):
       return text
+    case .runtime(let error):
+      return "\(error)"
     }
   }
 }

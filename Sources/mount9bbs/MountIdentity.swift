@@ -13,7 +13,7 @@ extension ParsedOptions {
       identity ?? (FileManager.default.fileExists(atPath: defaultKey) ? .file(defaultKey) : nil)
     guard let source else {
       guard auth == .required else { return nil }
-      throw .identity(
+      throw .refused(
         "auth=required needs a key: make one with `mount9bbs keygen` (it goes to \(defaultKey)), "
           + "or use yours with -o identity=~/.ssh/id_ed25519 or -o identity=agent")
     }
@@ -21,7 +21,7 @@ extension ParsedOptions {
     do {
       signer = try source.load()
     } catch {
-      throw .identity("\(error)")
+      throw .refused("\(error)")
     }
     return Authentication(
       identity: signer.identity.hex, policy: auth == .required ? .required : .auto

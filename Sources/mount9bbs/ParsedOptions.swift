@@ -22,7 +22,21 @@ struct ParsedOptions {
   var history = true
   var reconnect = true
   var keepalive: Duration? = .seconds(15)
-  /// `identity=PATH|agent[:MATCH]`: the key to authenticate with (else the default key file).
+  /// Unanswered keepalives in a row before the link counts as dead (`ServerAliveCountMax`).
+  var keepaliveMisses = 2
+  /// The owner and group shown for every file (`uid=`, `gid=`); nil: the mounting user's.
+  var uid: UInt32?
+  var gid: UInt32?
+  /// Permission bits cleared from every file's mode (`umask=`, octal).
+  var umask: UInt32?
+  /// Trace 9P and FUSE traffic and stay in the foreground (`-o debug`, as sshfs).
+  var debug = false
+  /// Where a detached daemon logs (`log=FILE`); nil: the journal, else syslog.
+  var logFile: String?
+  /// Largest read request (`max_read=`), also forced at FUSE init.
+  var maxRead: UInt32?
+  /// `identity=PATH|agent[:MATCH]` (sshfs's `IdentityFile=`): the key to authenticate with;
+  /// nil: the default key file, if there is one.
   var identity: KeySource?
   /// `auth=auto|required|off`.
   var auth: AuthMode = .auto
@@ -38,6 +52,35 @@ struct ParsedOptions {
     /// Never: attach with `uname`.
     case off
   }
+
+  /// Options libfuse (or the kernel) takes as they are: the mount flags and libfuse's own.
+  static let libfuseFlags: Set<String> = [
+    "rw", "dev", "nodev", "suid", "nosuid", "exec", "noexec", "async", "sync", "dirsync",
+    "atime", "noatime", "diratime", "nodiratime", "relatime", "norelatime", "strictatime",
+    "nostrictatime", "lazytime", "nolazytime", "auto_unmount", "blkdev",
+  ]
+  static let libfuseValued: Set<String> = [
+    "fsname", "blksize", "context", "fscontext", "defcontext",
+    "rootcontext",
+  ]
+  /// What mount(8) and fstab use for themselves; a mount helper may be handed them.
+  static let mountOnly: Set<String> = [
+    "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "_netdev",
+    "nofail", "loud", "silent",
+  ]
+  /// sshfs options with no counterpart here, each with what to do instead.
+  static let sshfsOnly: [String: String] = [
+    "kernel_cache": "mount9bbs already lets the kernel cache file pages while a file is open",
+    "cache": "mount9bbs caches attributes and listings for a second",
+    "compression": "there is nothing to compress over 9P",
+    "Port": "put the port in the address, e.g. tcp:host:5640",
+    "follow_symlinks": "9BBS boards have no symbolic links",
+    "transform_symlinks": "9BBS boards have no symbolic links",
+    "workaround": "mount9bbs needs no workarounds",
+    "sftp_server": "mount9bbs speaks 9P2000",
+    "ssh_command": "mount9bbs speaks 9P2000",
+    "directport": "put the port in the address, e.g. tcp:host:5640",
+  ]
 
   struct Invalid: Error, CustomStringConvertible {
     let description: String
@@ -95,18 +138,54 @@ struct ParsedOptions {
       case "nonempty": allowNonEmpty = true
       case "outbox": outbox = try onOff()
       case "history": history = try onOff()
-      case "reconnect": reconnect = try onOff()
-      case "identity": identity = KeySource(parsing: try required())
+      // sshfs's flag form: `-o reconnect`.
+      case "reconnect": reconnect = value == nil ? true : try onOff()
+      case "keepalive", "ServerAliveInterval":
+        let seconds = try number(0...3600)
+        keepalive = seconds == 0 ? nil : .seconds(seconds)
+      case "ServerAliveCountMax": keepaliveMisses = try number(1...100)
+      case "identity", "IdentityFile": identity = KeySource(parsing: try required())
       case "auth":
         let text = try required()
         guard let mode = AuthMode(rawValue: text) else {
           throw Invalid(description: "option auth=\(text): expected auto, required or off")
         }
         auth = mode
-      case "keepalive":
-        let seconds = try number(0...3600)
-        keepalive = seconds == 0 ? nil : .seconds(seconds)
-      default: passthrough.append(item)
+      case "uid": uid = UInt32(try number(0...Int(Int32.max)))
+      case "gid": gid = UInt32(try number(0...Int(Int32.max)))
+      case "umask":
+        let text = try required()
+        guard let mask = UInt32(text, radix: 8), mask <= 0o777 else {
+          throw Invalid(
+            description: "option umask=\(text): expected octal permission bits, e.g. 022")
+        }
+        umask = mask
+      case "idmap":
+        // Every file already shows as the mounting user's (or uid=/gid=): sshfs's idmap=user.
+        guard value == "user" || value == "none" else {
+          throw Invalid(description: "option idmap=\(value ?? ""): expected user or none")
+        }
+      case "subtype":
+        throw Invalid(
+          description:
+            "option subtype= is mount9bbs's own (fuse.mount9bbs); status and -u rely on it")
+      case "debug": debug = true
+      case "max_read": maxRead = UInt32(try number(4096...(16 << 20)))
+      case "log": logFile = try required()
+      case _ where Self.mountOnly.contains(key) || key.hasPrefix("x-") || key == "comment":
+        continue
+      case _ where Self.libfuseFlags.contains(key) && value == nil:
+        passthrough.append(item)
+      case _ where Self.libfuseValued.contains(key):
+        _ = try required()
+        passthrough.append(item)
+      case _ where Self.sshfsOnly[key] != nil:
+        throw Invalid(
+          description:
+            "option \(key) is sshfs's and has no meaning here: \(Self.sshfsOnly[key] ?? "")")
+      default:
+        throw Invalid(
+          description: "unknown option \(item) (mount9bbs --help lists the options)")
       }
     }
   }

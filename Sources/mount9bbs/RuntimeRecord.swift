@@ -5,19 +5,27 @@ import Foundation
 /// A lazy unmount alone would leave a live daemon serving readers that hold files open (a
 /// blocked `tail -f` keeps it forever). With the pid, `-u` asks the daemon to stop: it
 /// answers every waiting reader, unmounts and exits.
+///
+/// Records live in a directory only the user can write (see ``directory()``), named by an
+/// injective encoding of the mount point, and each names its mount point inside: two mount
+/// points never share a record, and a record is never taken for another mount's.
 struct RuntimeRecord {
+  /// The mount point, absolute.
+  let mountpoint: String
+  /// The pid file.
   let path: String
 
-  /// The record for a mount point (made absolute).
-  init(mountpoint: String) {
+  /// The record for a mount point (made absolute) in `directory`.
+  init(mountpoint: String, in directory: String) {
     // No URL(fileURLWithPath:) here: it stats the path, and stat of our own mount point
     // before the FUSE loop runs never returns.
-    let absolute = Self.absolute(mountpoint)
-    let name = absolute.utf8.map { byte -> String in
-      let char = Character(UnicodeScalar(byte))
-      return char.isLetter || char.isNumber || char == "-" || char == "." ? String(char) : "_"
-    }.joined()
-    path = Self.directory + "/" + name + ".pid"
+    self.mountpoint = Self.absolute(mountpoint)
+    path = directory + "/" + Self.fileName(for: self.mountpoint) + ".pid"
+  }
+
+  /// The record for a mount point in the user's runtime directory, made and checked first.
+  init(mountpoint: String) throws(RuntimeDirectoryError) {
+    self.init(mountpoint: mountpoint, in: try Self.directory())
   }
 
   /// `path` made absolute and normalised as text only, touching no file system.
@@ -40,21 +48,66 @@ struct RuntimeRecord {
     return "/" + parts.joined(separator: "/")
   }
 
-  static var directory: String {
-    if let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], !runtime.isEmpty {
-      return runtime + "/mount9bbs"
+  /// A file name that differs for every mount point: letters, digits, `.` and `-` stay, `/`
+  /// becomes `_`, and every other byte (`_` and `%` among them) becomes `%XX`. Names too long
+  /// for a directory entry keep their start and end a 64-bit hash of the whole; the record's
+  /// own text (its mount point) settles the rare clash.
+  static func fileName(for absolute: String) -> String {
+    var name = ""
+    for byte in absolute.utf8 {
+      switch byte {
+      case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+        UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "."), UInt8(ascii: "-"):
+        name.append(Character(UnicodeScalar(byte)))
+      case UInt8(ascii: "/"):
+        name.append("_")
+      default:
+        name += "%" + String(byte, radix: 16, uppercase: true).leftPadded(to: 2)
+      }
     }
-    return getuid() == 0 ? "/run/mount9bbs" : NSTemporaryDirectory() + "mount9bbs-\(getuid())"
+    guard name.utf8.count > 200 else { return name }
+    var hash: UInt64 = 0xcbf2_9ce4_8422_2325  // FNV-1a
+    for byte in absolute.utf8 {
+      hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3
+    }
+    return String(name.prefix(180)) + "~" + String(hash, radix: 16).leftPadded(to: 16)
+  }
+
+  /// The user's runtime directory for records, created mode 0700 if missing.
+  ///
+  /// `$XDG_RUNTIME_DIR/mount9bbs`, else `/run/mount9bbs` for root, else
+  /// `/tmp/mount9bbs-UID`. In a shared directory such as /tmp another user could have made
+  /// that name first and would then control our pid files and status socket: the directory
+  /// must be a real directory (not a link) owned by us, and is made private if it is not.
+  static func directory() throws(RuntimeDirectoryError) -> String {
+    let path: String
+    if let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], !runtime.isEmpty {
+      path = runtime + "/mount9bbs"
+    } else if geteuid() == 0 {
+      path = "/run/mount9bbs"
+    } else {
+      path = "/tmp/mount9bbs-\(geteuid())"
+    }
+    if mkdir(path, 0o700) != 0 && errno != EEXIST {
+      throw .cannotCreate(path, String(cString: strerror(errno)))
+    }
+    var info = stat()
+    guard lstat(path, &info) == 0 else {
+      throw .cannotCreate(path, String(cString: strerror(errno)))
+    }
+    guard info.st_mode & S_IFMT == S_IFDIR else { throw .notADirectory(path) }
+    guard info.st_uid == geteuid() else { throw .foreignOwner(path, owner: info.st_uid) }
+    if info.st_mode & 0o077 != 0 && chmod(path, 0o700) != 0 {
+      throw .cannotCreate(path, String(cString: strerror(errno)))
+    }
+    return path
   }
 
   /// The daemon's control socket (see ``ControlSocket``).
   var controlPath: String { String(path.dropLast(4)) + ".sock" }
 
   func write(pid: pid_t) {
-    try? FileManager.default.createDirectory(
-      atPath: Self.directory, withIntermediateDirectories: true,
-      attributes: [.posixPermissions: 0o700])
-    try? "\(pid)\n".write(toFile: path, atomically: true, encoding: .utf8)
+    try? "\(pid)\n\(mountpoint)\n".write(toFile: path, atomically: true, encoding: .utf8)
   }
 
   func remove() {
@@ -62,8 +115,17 @@ struct RuntimeRecord {
     try? FileManager.default.removeItem(atPath: controlPath)
   }
 
+  /// The pid and mount point a record file holds, if it is well formed.
+  static func contents(of path: String) -> (pid: pid_t, mountpoint: String)? {
+    guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return nil }
+    let lines = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
+    guard lines.count == 2, let pid = pid_t(lines[0]), pid > 0 else { return nil }
+    let mountpoint = lines[1].hasSuffix("\n") ? lines[1].dropLast() : lines[1]
+    return (pid, String(mountpoint))
+  }
+
   /// Removes the records of daemons that died without cleaning up (kill -9).
-  static func sweepStale() {
+  static func sweepStale(in directory: String) {
     let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
     for name in names where name.hasSuffix(".sock") {
       // A control socket without its pid file belongs to nobody.
@@ -74,24 +136,52 @@ struct RuntimeRecord {
     }
     for name in names where name.hasSuffix(".pid") {
       let path = directory + "/" + name
-      guard let text = try? String(contentsOfFile: path, encoding: .utf8),
-        let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0
-      else { continue }
-      if kill(pid, 0) != 0 && errno == ESRCH {
+      guard let record = contents(of: path) else {
+        try? FileManager.default.removeItem(atPath: path)
+        continue
+      }
+      if kill(record.pid, 0) != 0 && errno == ESRCH {
         try? FileManager.default.removeItem(atPath: path)
         try? FileManager.default.removeItem(atPath: String(path.dropLast(4)) + ".sock")
       }
     }
   }
 
-  /// The daemon's pid if it is still a live mount9bbs process.
+  /// The daemon's pid if the record is this mount point's and its process is a live
+  /// mount9bbs.
   var livePID: pid_t? {
-    guard let text = try? String(contentsOfFile: path, encoding: .utf8),
-      let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0,
-      kill(pid, 0) == 0,
-      let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe"),
+    guard let record = Self.contents(of: path), record.mountpoint == mountpoint,
+      kill(record.pid, 0) == 0,
+      let exe = try? FileManager.default.destinationOfSymbolicLink(
+        atPath: "/proc/\(record.pid)/exe"),
       exe.hasSuffix("/mount9bbs")
     else { return nil }
-    return pid
+    return record.pid
+  }
+}
+
+/// Why the runtime directory cannot hold our records; each says what to do.
+enum RuntimeDirectoryError: Error, CustomStringConvertible {
+  case cannotCreate(String, String)
+  case notADirectory(String)
+  case foreignOwner(String, owner: uid_t)
+
+  var description: String {
+    switch self {
+    case .cannotCreate(let path, let reason):
+      return "cannot use the runtime directory \(path): \(reason)"
+    case .notADirectory(let path):
+      return
+        "refusing the runtime directory \(path): it is not a directory (a link or file is in its place); remove it or set XDG_RUNTIME_DIR"
+    case .foreignOwner(let path, let owner):
+      return
+        "refusing the runtime directory \(path): it belongs to uid \(owner), not to you (uid \(geteuid())), so whoever owns it could redirect mount9bbs -u and status; remove it or set XDG_RUNTIME_DIR"
+    }
+  }
+}
+
+extension String {
+  fileprivate func leftPadded(to width: Int) -> String {
+    String(repeating: "0", count: Swift.max(0, width - count)) + self
   }
 }

@@ -6,6 +6,7 @@
 
 import ArgumentParser
 import BBSDiscovery
+import BBSMount
 import Dispatch
 import Foundation
 import Logging
@@ -13,14 +14,14 @@ import NinePTransport
 
 struct ScanCommand: ParsableCommand {
   static let configuration = CommandConfiguration(
-    commandName: "mount9bbs scan",
+    commandName: "scan",
     abstract: "Find 9BBS boards over Bluetooth LE (9PIS), or 9P servers on the LAN (mDNS).",
     discussion: """
       Without --lan, asks BlueZ for an LE scan filtered on the 9P Information Service, lists \
       each board as it appears, then connects and reads its description, features, transport \
       information, app link and protocol version. With --lan, browses _9p._tcp and _9pfs._tcp \
       through avahi-daemon. Everything found is cached (under $XDG_CACHE_HOME/mount9bbs), so \
-      `mount9bbs ble!NAME MOUNTPOINT` or `mount9bbs mdns!NAME MOUNTPOINT` needs no new scan.
+      `mount9bbs ble:NAME MOUNTPOINT` or `mount9bbs mdns:NAME MOUNTPOINT` needs no new scan.
 
       Exit status: 0 when something was found, 1 otherwise.
       """)
@@ -180,7 +181,7 @@ final class ScanReport {
         skipped += 1
         if !json {
           Console.error(
-            "  skipped \(device.label): features '\(information.featuresText ?? "")' lack \(features.joined(separator: ","))"
+            "  skipped \(Self.safe(device.label)): features '\(Self.safe(information.featuresText ?? ""))' lack \(features.joined(separator: ","))"
           )
         }
         return
@@ -206,13 +207,14 @@ final class ScanReport {
       }
       var lines = [Self.heading(device)]
       for characteristic in NinePInformationService.Characteristic.allCases {
-        var value = information[characteristic] ?? "(not served)"
+        var value = information[characteristic].map(Self.safe) ?? "(not served)"
         if characteristic == .transportInformation {
           value += " → " + Self.dialSummary(board.dialCandidates)
         }
         lines.append("  " + Self.padded(characteristic.label) + value)
       }
-      lines.append("  " + Self.padded("mount") + "mount9bbs '\(Self.mountName(device))' MOUNTPOINT")
+      lines.append(
+        "  " + Self.padded("mount") + "mount9bbs \(Self.shell(Self.mountName(device))) MOUNTPOINT")
       Console.output(lines.joined(separator: "\n"))
     case .unreadable(let device, let error):
       guard features.isEmpty else {
@@ -232,15 +234,18 @@ final class ScanReport {
       Console.output(
         [
           Self.heading(device),
-          "  " + Self.padded("error") + "\(error)",
-          "  " + Self.padded("mount") + "mount9bbs '\(Self.mountName(device))' MOUNTPOINT  ("
+          "  " + Self.padded("error") + Self.safe("\(error)"),
+          "  " + Self.padded("mount")
+            + "mount9bbs \(Self.shell(Self.mountName(device))) MOUNTPOINT  ("
             + Self.dialSummary(board.dialCandidates) + ")",
         ].joined(separator: "\n"))
     }
   }
 
   static func heading(_ device: BluetoothDevice) -> String {
-    var text = (device.name ?? "(no name)") + "  \(device.address) (\(device.addressType.rawValue))"
+    var text =
+      (device.name.map(Self.safe) ?? "(no name)")
+      + "  \(Self.safe(device.address)) (\(device.addressType.rawValue))"
     if let rssi = device.rssi { text += "  RSSI \(rssi) dBm" }
     return text
   }
@@ -290,7 +295,7 @@ final class ScanReport {
         skipped += 1
         if !json {
           Console.error(
-            "  skipped \(service.name): features '\(service.txt["features"] ?? "")' lack \(features.joined(separator: ","))"
+            "  skipped \(Self.safe(service.name)): features '\(Self.safe(service.txt["features"] ?? ""))' lack \(features.joined(separator: ","))"
           )
         }
         return
@@ -306,27 +311,34 @@ final class ScanReport {
         return
       }
       var lines = [
-        "\(service.name)  \(service.address) port \(service.port)  (\(service.host), \(service.type))"
+        "\(Self.safe(service.name))  \(Self.safe(service.address)) port \(service.port)  (\(Self.safe(service.host)), \(Self.safe(service.type)))"
       ]
       for key in service.txt.keys.sorted() {
-        lines.append("  " + Self.padded(key) + (service.txt[key] ?? ""))
+        lines.append("  " + Self.padded(Self.safe(key)) + Self.safe(service.txt[key] ?? ""))
       }
-      lines.append("  " + Self.padded("mount") + "mount9bbs 'mdns!\(service.name)' MOUNTPOINT")
+      lines.append(
+        "  " + Self.padded("mount") + "mount9bbs \(Self.shell("mdns!" + service.name)) MOUNTPOINT")
       Console.output(lines.joined(separator: "\n"))
     case .removed(let name):
       if json {
         emit(["event": "removed", "kind": "mdns", "name": name])
       } else {
-        Console.output("gone: \(name) (no longer advertised)")
+        Console.output("gone: \(Self.safe(name)) (no longer advertised)")
       }
     case .unresolved(let name, let error):
       if json {
         emit(["event": "error", "kind": "mdns", "name": name, "error": "\(error)"])
       } else {
-        Console.error("  \(error)")
+        Console.error("  " + Self.safe("\(error)"))
       }
     }
   }
+
+  /// A server-chosen string as one visible line.
+  static func safe(_ text: String) -> String { TerminalText.escaped(text) }
+
+  /// A server-chosen word quoted for pasting into a shell.
+  static func shell(_ word: String) -> String { TerminalText.shellQuoted(word) }
 
   private func emit(_ object: [String: Any]) {
     guard
@@ -411,13 +423,19 @@ final class Interrupt {
 
 /// The CLI's user-facing output: whole lines to stdout or stderr, written at once.
 enum Console {
+  /// A line (or lines) to stdout; any control character left in it is shown escaped.
   static func output(_ text: String) {
-    put(text.hasSuffix("\n") ? text : text + "\n", to: 1)
+    let safe = TerminalText.escaped(text, keepingLayout: true)
+    put(safe.hasSuffix("\n") ? safe : safe + "\n", to: 1)
   }
 
+  /// A line (or lines) to stderr; any control character left in it is shown escaped.
   static func error(_ text: String) {
-    put(text.hasSuffix("\n") ? text : text + "\n", to: 2)
+    let safe = TerminalText.escaped(text, keepingLayout: true)
+    put(safe.hasSuffix("\n") ? safe : safe + "\n", to: 2)
   }
+
+  /// Text of mount9bbs's own making to stderr as it is (the progress line's cursor moves).
 
   static func errorRaw(_ text: String) {
     put(text, to: 2)

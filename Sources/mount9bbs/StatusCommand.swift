@@ -3,31 +3,85 @@ import BBSMount
 import Foundation
 import FuseKit
 
-/// `mount9bbs status MOUNTPOINT [--json]`: the link, sessions, outbox and rooms of a mount.
+/// `mount9bbs status [MOUNTPOINT] [--json]`: the link, sessions, outbox and rooms of a mount,
+/// or of every mount9bbs mount of the user.
 struct StatusCommand: ParsableCommand {
   static let configuration = CommandConfiguration(
-    commandName: "mount9bbs status",
-    abstract: "Show the link, sessions, outbox and room feeds of a mount.")
+    commandName: "status",
+    abstract: "Show the link, sessions, outbox and room feeds of a mount (or of all yours).",
+    discussion: """
+      Without MOUNTPOINT, shows every mount9bbs mount of the user (one JSON document a line \
+      with --json). A mount point that is not mount9bbs's (an sshfs mount, say) is refused.
+      """)
 
   @Flag(help: "Print the status as JSON.")
   var json = false
 
-  @Argument(help: "The mount point.")
-  var mountpoint: String
+  @Argument(help: "The mount point (default: every mount9bbs mount of yours).")
+  var mountpoint: String?
 
   func run() throws {
-    let record = RuntimeRecord(mountpoint: mountpoint)
+    guard let mountpoint else { return try showAll() }
+    let absolute = RuntimeRecord.absolute(mountpoint)
+    if let type = MountTable.type(at: absolute), type != MountTable.ownType {
+      let kind = type.hasPrefix("fuse.") ? String(type.dropFirst(5)) : type
+      Diagnostics.fail("mount9bbs: \(absolute) is not a mount9bbs mount (it is \(kind))")
+      throw ExitCode(1)
+    }
+    let record: RuntimeRecord
+    do {
+      record = try RuntimeRecord(mountpoint: mountpoint)
+    } catch {
+      Diagnostics.fail("mount9bbs: \(error)")
+      throw ExitCode(1)
+    }
     let data: Data
     do {
       data = try ControlSocket.request(record.controlPath)
     } catch {
       let reason =
-        FuseSession.isFuseMount(path: mountpoint)
+        MountTable.type(at: absolute) == MountTable.ownType
         ? "its daemon does not answer (\(error)); was it killed? `mount9bbs -u \(mountpoint)` removes it"
         : "nothing is mounted there by mount9bbs"
       Diagnostics.fail("mount9bbs: \(mountpoint): \(reason)")
       throw ExitCode(1)
     }
+    try show(data)
+  }
+
+  /// Every mount9bbs mount of the user; a dead one says so and makes the exit status 1.
+  private func showAll() throws {
+    let mounts = MountTable.ownMounts()
+    if mounts.isEmpty {
+      if !json { Console.output("no mount9bbs mounts") }
+      return
+    }
+    var failed = false
+    for mount in mounts {
+      guard let record = try? RuntimeRecord(mountpoint: mount.mountpoint),
+        let data = try? ControlSocket.request(record.controlPath)
+      else {
+        Diagnostics.fail(
+          "mount9bbs: \(mount.mountpoint): its daemon does not answer; `mount9bbs -u \(mount.mountpoint)` removes it"
+        )
+        failed = true
+        continue
+      }
+      if json {
+        // One document a line, for `jq`.
+        let compact = (try? JSONSerialization.jsonObject(with: data)).flatMap {
+          try? JSONSerialization.data(
+            withJSONObject: $0, options: [.sortedKeys, .withoutEscapingSlashes])
+        }
+        FileHandle.standardOutput.write((compact ?? data) + Data("\n".utf8))
+      } else {
+        try show(data)
+      }
+    }
+    if failed { throw ExitCode(1) }
+  }
+
+  private func show(_ data: Data) throws {
     if json {
       FileHandle.standardOutput.write(data)
       return
@@ -38,25 +92,28 @@ struct StatusCommand: ParsableCommand {
       Diagnostics.fail("mount9bbs: the daemon sent an unreadable status")
       throw ExitCode(1)
     }
-    print(Self.render(report), terminator: "")
+    Console.output(Self.render(report))
   }
 
+  /// The report as text; every string that came from the server or its address is escaped.
   static func render(_ report: StatusReport) -> String {
+    let safe = { (text: String) in TerminalText.escaped(text) }
     let since = Int(Date().timeIntervalSince(report.link.since))
     let user =
-      report.identity.map { "identity \($0), auth \(report.auth ?? "auto")" }
-      ?? "user \(report.uname)"
+      report.identity.map { "identity \(safe($0)), auth \(safe(report.auth ?? "auto"))" }
+      ?? "user \(safe(report.uname))"
     var text =
-      "\(report.mountpoint): \(report.address) (\(report.profile) profile, \(user), pid \(report.pid))\n"
-    text += "link: \(report.link.state) for \(since) s"
-    if let reason = report.link.reason { text += " (\(reason))" }
+      "\(safe(report.mountpoint)): \(safe(report.address)) (\(safe(report.profile)) profile, \(user), pid \(report.pid))\n"
+    text += "link: \(safe(report.link.state)) for \(since) s"
+    if let reason = report.link.reason { text += " (\(safe(reason)))" }
     text += ", \(report.link.reconnects) reconnect(s)\n"
     if let outbox = report.outbox { text += "outbox: \(outbox) post(s) waiting\n" }
     for session in report.sessions {
       text += String(
         format:
           "session %@: %@ msize %u, %d in flight, %d queued, %d parked, rtt %.1f ms, in %llu msg/%llu B, out %llu msg/%llu B",
-        session.role, session.open ? "open" : "closed", session.msize, session.requestsInFlight,
+        safe(session.role), session.open ? "open" : "closed", session.msize,
+        session.requestsInFlight,
         session.requestsQueued, session.parkedReads, session.roundTripMilliseconds,
         session.messagesIn, session.bytesIn, session.messagesOut, session.bytesOut)
       if report.identity != nil, let authenticated = session.authenticated {
@@ -66,7 +123,7 @@ struct StatusCommand: ParsableCommand {
     }
     for room in report.rooms {
       text +=
-        "room \(room.path): \(room.readers) reader(s), \(room.lines) line(s), last \(Int(room.lastMessageAge)) s ago\n"
+        "room \(safe(room.path)): \(room.readers) reader(s), \(room.lines) line(s), last \(Int(room.lastMessageAge)) s ago\n"
     }
     return text
   }

@@ -94,6 +94,37 @@ final class LANDiscoveryTests: XCTestCase {
     XCTAssertTrue(namespace.file("boards.json").contains("\"lastSeen\""))
   }
 
+  /// A server named to attack the user (a quote that ends the suggested command early, an
+  /// escape sequence): `scan --lan` shows the name escaped, and its suggested mount command,
+  /// pasted into an interactive bash, passes the name as one word and runs nothing.
+  func testHostileNameIsPrintedSafely() throws {
+    let result = try namespace.run(
+      Self.prelude + #"""
+        name=$(printf "Evil'; touch pwned; echo '\033[31m!x")
+        "$BIN/9bbsd" --listen 'tcp!127.0.0.1!5645' --advertise "$name" >"$WORK/9bbsd.log" 2>&1 &
+        wait_for 10 grep -q "advertising 'Evil" "$WORK/9bbsd.log" || exit 51
+        "$BIN/mount9bbs" scan --lan --timeout 3 >"$WORK/scan.txt" 2>&1 || exit 52
+        # The suggested command, with printf in place of mount9bbs, pasted into a terminal.
+        { echo 'set -H'
+          grep '^  mount ' "$WORK/scan.txt" | sed 's/^  mount *mount9bbs /printf "%s\\n" /'
+          echo exit
+        } >"$WORK/paste.sh"
+        cd "$WORK" && bash --norc --noprofile -i <paste.sh >pasted.txt 2>paste.err
+        printf 'mdns!%s\nMOUNTPOINT\n' "$name" >"$WORK/expected.txt"
+        echo done
+        """#)
+    XCTAssertEqual(result.status, 0, "\(result.output)\n\(namespace.file("9bbsd.log"))")
+    let scan = namespace.file("scan.txt")
+    XCTAssertFalse(scan.contains("\u{1B}"), "an escape sequence reached the terminal: \(scan)")
+    XCTAssertTrue(scan.contains("Evil'; touch pwned; echo '\\x1B[31m!x  127.0.0.1"), scan)
+    XCTAssertFalse(
+      FileManager.default.fileExists(atPath: namespace.directory + "/pwned"),
+      "pasting the suggested command ran the name: \(namespace.file("paste.sh"))")
+    XCTAssertEqual(
+      namespace.file("pasted.txt"), namespace.file("expected.txt"),
+      "\(namespace.file("paste.sh"))\n\(namespace.file("paste.err"))")
+  }
+
   /// A running scan reports a server that vanishes (killed outright) as gone.
   func testVanishedServerDisappearsFromARunningScan() throws {
     let result = try namespace.run(

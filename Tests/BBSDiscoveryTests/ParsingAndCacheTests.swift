@@ -64,6 +64,17 @@ final class ParsingAndCacheTests: XCTestCase {
     XCTAssertThrowsError(try BoardReference(parsing: "mdns!")) { error in
       XCTAssertTrue("\(error)".contains("mount9bbs scan --lan"), "\(error)")
     }
+    // The colon forms, which need no quoting in a shell, name the same boards.
+    XCTAssertEqual(try BoardReference(parsing: "ble:THE_GRID"), grid)
+    let address = try XCTUnwrap(try BoardReference(parsing: "ble:C0:FF:EE:00:00:01"))
+    XCTAssertEqual(address.name, "C0:FF:EE:00:00:01")
+    XCTAssertTrue(address.isBluetoothAddress)
+    XCTAssertEqual(try BoardReference(parsing: "mdns:My BBS!x"), lan)
+    XCTAssertNil(try BoardReference(parsing: "tcp:host:564"))
+    XCTAssertNil(try BoardReference(parsing: "l2cap:C0:FF:EE:00:00:01:0x80"))
+    XCTAssertThrowsError(try BoardReference(parsing: "ble:")) { error in
+      XCTAssertTrue("\(error)".contains("no name after ':'"), "\(error)")
+    }
   }
 
   /// The cache keeps one entry per board with first- and last-seen times, keeps information a

@@ -150,13 +150,127 @@ final class CommandLineTests: XCTestCase {
     XCTAssertTrue(result.output.contains("nothing is mounted at"), result.output)
   }
 
+  // MARK: - Runtime records
+
+  /// Mount points whose names differ only in `/` against `_` have records of their own:
+  /// `-u` of one stops only its own daemon.
+  func testRecordsOfSimilarMountPointsDoNotCollide() throws {
+    let server = try startServer()
+    let directory = try temporaryDirectory()
+    let first = directory + "/x_y"
+    let second = directory + "/x/y"
+    for path in [first, second] {
+      try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+      addTeardownBlock {
+        forceUnmount(path)
+        for pid in mountDaemons(serving: path) { kill(pid, SIGKILL) }
+      }
+    }
+    for path in [first, second] {
+      let mounted = try mount9bbs([server.address, path])
+      XCTAssertEqual(mounted.status, 0, mounted.output)
+    }
+    let secondDaemon = try XCTUnwrap(mountDaemons(serving: second).first, "no daemon for x/y")
+
+    let unmounted = try mount9bbs(["-u", first])
+    XCTAssertEqual(unmounted.status, 0, unmounted.output)
+    XCTAssertFalse(isMounted(first))
+    XCTAssertTrue(isMounted(second), "unmounting x_y took x/y with it")
+    XCTAssertEqual(kill(secondDaemon, 0), 0, "unmounting x_y killed the daemon of x/y")
+    let status = try mount9bbs(["status", second])
+    XCTAssertEqual(status.status, 0, status.output)
+    XCTAssertTrue(status.output.hasPrefix(second + ": "), status.output)
+    XCTAssertEqual(try sh("cat \(second)/etc/boardname").isEmpty, false)
+
+    XCTAssertEqual(try mount9bbs(["-u", second]).status, 0)
+    XCTAssertFalse(isMounted(second))
+  }
+
+  /// A runtime directory someone else owns (another user made `/tmp/mount9bbs-UID` first),
+  /// or a link in its place, is refused before anything is mounted; one we own but left open
+  /// to others is made private.
+  func testForeignRuntimeDirectoryIsRefused() throws {
+    let server = try startServer()
+    let directory = try temporaryDirectory()
+    let runtime = directory + "/runtime"
+    try FileManager.default.createDirectory(
+      atPath: runtime + "/mount9bbs", withIntermediateDirectories: true)
+    XCTAssertEqual(chown(runtime + "/mount9bbs", 4321, 4321), 0)
+    let environment = ["XDG_RUNTIME_DIR": runtime]
+    for foreground in [false, true] {
+      let arguments = (foreground ? ["-f"] : []) + [server.address, directory + "/mnt"]
+      let result = try mount9bbs(arguments, environment: environment)
+      XCTAssertNotEqual(result.status, 0, result.output)
+      XCTAssertTrue(
+        result.output.contains(
+          "refusing the runtime directory \(runtime)/mount9bbs: it belongs to uid 4321"),
+        result.output)
+      XCTAssertFalse(isMounted(directory + "/mnt"), "mounted without a record")
+    }
+    let status = try mount9bbs(["status", directory + "/mnt"], environment: environment)
+    XCTAssertNotEqual(status.status, 0)
+    XCTAssertTrue(status.output.contains("belongs to uid 4321"), status.output)
+
+    // A link to a directory elsewhere is not ours to trust either.
+    try FileManager.default.removeItem(atPath: runtime + "/mount9bbs")
+    try FileManager.default.createDirectory(
+      atPath: directory + "/elsewhere", withIntermediateDirectories: false)
+    try FileManager.default.createSymbolicLink(
+      atPath: runtime + "/mount9bbs", withDestinationPath: directory + "/elsewhere")
+    let linked = try mount9bbs([server.address, directory + "/mnt"], environment: environment)
+    XCTAssertNotEqual(linked.status, 0, linked.output)
+    XCTAssertTrue(linked.output.contains("it is not a directory"), linked.output)
+
+    // Our own directory, open to all: made 0700 and used.
+    try FileManager.default.removeItem(atPath: runtime + "/mount9bbs")
+    XCTAssertEqual(mkdir(runtime + "/mount9bbs", 0o777), 0)
+    XCTAssertEqual(chmod(runtime + "/mount9bbs", 0o777), 0)
+    let mounted = try mount9bbs([server.address, directory + "/mnt"], environment: environment)
+    XCTAssertEqual(mounted.status, 0, mounted.output)
+    var info = stat()
+    XCTAssertEqual(stat(runtime + "/mount9bbs", &info), 0)
+    XCTAssertEqual(info.st_mode & 0o777, 0o700)
+    XCTAssertEqual(try mount9bbs(["-u", directory + "/mnt"], environment: environment).status, 0)
+    XCTAssertTrue(
+      waitUntil(timeout: 5) { mountDaemons(serving: directory + "/mnt").isEmpty },
+      "-u did not find the daemon through the record")
+  }
+
+  /// Strings from the server reach `status` escaped: a room whose name carries an escape
+  /// sequence shows it as `\x1B`, and nothing mount9bbs prints holds a control character.
+  func testStatusEscapesServerStrings() throws {
+    let hostile = "evil\u{1B}]0;pwned\u{07}\u{1B}[2J"
+    let server = try ServerProcess(transport: "tcp", rooms: ["lobby", hostile])
+    addTeardownBlock { server.stop() }
+    let directory = try temporaryDirectory()
+    let mountpoint = directory + "/mnt"
+    XCTAssertEqual(try mount9bbs([server.address, mountpoint]).status, 0)
+    let room = mountpoint + "/chat/" + hostile
+    let listing = try sh("ls \(mountpoint)/chat")
+    XCTAssertTrue(FileManager.default.fileExists(atPath: room), listing)
+    try sh("echo hello > '\(room)'")
+    let reader = try background(self, "/usr/bin/tail", ["-f", room])
+    XCTAssertTrue(waitUntil(timeout: 10) { reader.text.contains("hello") }, reader.text)
+    let status = try mount9bbs(["status", mountpoint])
+    reader.stop()
+    XCTAssertEqual(status.status, 0, status.output)
+    XCTAssertTrue(
+      status.output.contains("room /chat/evil\\x1B]0;pwned\\x07\\x1B[2J:"), status.output)
+    let controls = status.output.unicodeScalars.filter {
+      $0.value < 0x20 && $0 != "\n" || $0.value == 0x7F
+    }
+    XCTAssertEqual(controls.count, 0, "control characters reached the terminal")
+    XCTAssertEqual(try mount9bbs(["-u", mountpoint]).status, 0)
+  }
+
   // MARK: - Helpers
 
   /// Runs `mount9bbs ARGUMENTS` to completion (bounded); status and stdout+stderr.
-  private func mount9bbs(_ arguments: [String], timeout: TimeInterval = 20) throws -> (
-    status: Int32, output: String
-  ) {
-    let child = ChildProcess(BuiltProducts.path(of: "mount9bbs"), arguments)
+  private func mount9bbs(
+    _ arguments: [String], environment: [String: String]? = nil, timeout: TimeInterval = 20
+  ) throws -> (status: Int32, output: String) {
+    let child = ChildProcess(
+      BuiltProducts.path(of: "mount9bbs"), arguments, environment: environment)
     try child.start()
     guard child.wait(timeout: timeout) else {
       child.stop()

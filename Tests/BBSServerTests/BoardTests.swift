@@ -28,8 +28,12 @@ final class BoardTests: XCTestCase {
     XCTAssertEqual(message.subject, "Hi all")
     XCTAssertEqual(text(message.body), "Body text")
     XCTAssertEqual(
-      text(message.rendered),
+      text(message.rendered(.device)),
       "From: alice\nTo: lobby\nSubject: Hi all\nDate: 42\nX-Date-N: 42\n\nBody text\n\nalice\n")
+    XCTAssertEqual(
+      text(message.rendered(.standard)),
+      "From: alice\nTo: lobby\nSubject: Hi all\nDate: Thu, 01 Jan 1970 00:00:00 +0000\n"
+        + "X-Date-N: 42\n\nBody text\n\nalice\n")
     XCTAssertEqual(try board.rooms.messages(in: "lobby").map(\.id), [2_838_644_539])
   }
 
@@ -122,6 +126,14 @@ final class BoardTests: XCTestCase {
         ChatMessage(room: "lobby", id: UInt64(id), author: "a", text: [], stamp: 0), keep: 3)
     }
     XCTAssertEqual(try store.chatMessages(room: "lobby", limit: 100).map(\.id), [8, 9, 10])
+  }
+
+  func testImpliedSubjectsAndDates() {
+    XCTAssertEqual(impliedSubject(of: Array("\n  \nFirst line \nsecond".utf8)), "First line")
+    XCTAssertEqual(impliedSubject(of: Array(" \n".utf8)), "(no subject)")
+    XCTAssertEqual(impliedSubject(of: Array(String(repeating: "é", count: 50).utf8)).utf8.count, 72)
+    XCTAssertEqual(rfc2822Date(millis: 1_738_005_432_123), "Mon, 27 Jan 2025 19:17:12 +0000")
+    XCTAssertEqual(rfc2822Date(millis: 951_782_400_000), "Tue, 29 Feb 2000 00:00:00 +0000")
   }
 
   func testRFC822Parsing() {

@@ -43,13 +43,71 @@ final class DialStringTests: XCTestCase {
     }
   }
 
+  /// The colon forms need no quoting in a shell (bash expands `!` in history), and each
+  /// parses to the same address as its `!` form; `colonForm` gives them back.
+  func testColonFormsEqualBangForms() throws {
+    let table: [(String, String, String)] = [
+      ("tcp:bbs.local:5640", "tcp!bbs.local!5640", "tcp:bbs.local:5640"),
+      ("tcp:bbs.local", "tcp!bbs.local", "tcp:bbs.local:564"),
+      ("TCP:10.0.0.1:9564", "tcp!10.0.0.1!9564", "tcp:10.0.0.1:9564"),
+      ("tcp:[::1]:564", "tcp!::1!564", "tcp:[::1]:564"),
+      ("tcp:[::1]", "tcp![::1]", "tcp:[::1]:564"),
+      ("unix:/run/9bbs.sock", "unix!/run/9bbs.sock", "unix:/run/9bbs.sock"),
+      ("seqpacket:/tmp/s", "seqpacket!/tmp/s", "seqpacket:/tmp/s"),
+      ("seqpacket:/tmp/s:64", "seqpacket!/tmp/s!64", "seqpacket:/tmp/s:64"),
+      (
+        "l2cap:C0:FF:EE:00:00:01:0x0080", "l2cap!C0:FF:EE:00:00:01!0x0080",
+        "l2cap:C0:FF:EE:00:00:01:0x0080"
+      ),
+      (
+        "l2cap:c0:ff:ee:0a:0b:0c:9:public", "l2cap!c0:ff:ee:0a:0b:0c!9!public",
+        "l2cap:C0:FF:EE:0A:0B:0C:0x0009:public"
+      ),
+      ("fd:3", "fd!3", "fd:3"),
+      ("fd:3:4", "fd!3!4", "fd:3:4"),
+    ]
+    for (colon, bang, canonical) in table {
+      let parsed = try TransportAddress(parsing: colon)
+      XCTAssertEqual(parsed, try TransportAddress(parsing: bang), colon)
+      XCTAssertEqual(parsed.colonForm, canonical, colon)
+      XCTAssertEqual(try TransportAddress(parsing: canonical), parsed, "round trip of \(colon)")
+      XCTAssertFalse(parsed.colonForm.contains("!"), canonical)
+    }
+  }
+
+  func testInvalidColonForms() {
+    let table: [(String, String)] = [
+      ("tcp:a:1:2", "tcp:host:port"),
+      ("tcp:host:http", "port 'http'"),
+      ("tcp:", "host name is empty"),
+      ("unix:", "path is empty"),
+      ("seqpacket:/tmp/s:0", "SDU size '0'"),
+      ("l2cap:C0:FF:EE:00:00:01", "l2cap:BDADDR:PSM"),
+      ("l2cap:C0:FF:EE:00:00:0G:0x80", "not a Bluetooth address"),
+      ("l2cap:C0FFEE000001:0x80", "six hex pairs"),
+      ("l2cap:C0:FF:EE:00:00:01:0", "PSM '0'"),
+      ("fd:x", "descriptor 'x'"),
+      // The hint names 9bbsd's port and the colon form, never a `!` that bash would expand.
+      ("bbs.local", "bbs.local:5640"),
+      ("/run/9bbs.sock", "unix:/run/9bbs.sock"),
+    ]
+    for (text, fragment) in table {
+      XCTAssertThrowsError(try TransportAddress(parsing: text), "'\(text)' parsed") { error in
+        guard case .badDialString(_, let reason) = error as? TransportError else {
+          return XCTFail("'\(text)': unexpected error \(error)")
+        }
+        XCTAssertTrue(reason.contains(fragment), "'\(text)': reason '\(reason)'")
+        if text == "bbs.local" { XCTAssertFalse(reason.contains("!"), reason) }
+      }
+    }
+  }
+
   func testInvalidDialStrings() {
     let longPath = "/" + String(repeating: "x", count: 107)
     // Each bad string with a fragment its reason must contain.
     let table: [(String, String)] = [
       ("", "empty"),
       ("bbs.local", "no port"),
-      ("/run/9bbs.sock", "unix!/run/9bbs.sock"),
       ("::1:564", "brackets"),
       ("[::1", "']'"),
       ("[::1]564", "':port'"),

@@ -27,6 +27,19 @@ final class DraftHandle: OpenHandle, @unchecked Sendable {
     sent = false
   }
 
+  /// Cuts or extends (with zeros) the body to `length` bytes (`ftruncate`).
+  func truncate(to length: Int) {
+    lock.lock()
+    defer { lock.unlock() }
+    guard length != body.count else { return }
+    if body.count > length {
+      body.removeLast(body.count - length)
+    } else {
+      body += [UInt8](repeating: 0, count: length - body.count)
+    }
+    sent = false
+  }
+
   /// The body if it still has to go out; marks it sent.
   func takeUnsent() -> [UInt8]? {
     lock.lock()

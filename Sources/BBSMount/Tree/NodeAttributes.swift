@@ -77,16 +77,22 @@ struct NodeAttributes: Sendable {
       attributes.st_mode = S_IFREG | 0o444
       attributes.st_nlink = 1
     }
-    if let server = node.stat?.mtime, server != 0, case .file = node.kind {
-      mtime = Date(timeIntervalSince1970: TimeInterval(server))
+    // The server's times where it keeps them (a files area does; a board says 0).
+    var atime: Date?
+    if let server = node.stat, server.mtime != 0, node.kind == .file || node.kind == .directory {
+      mtime = Date(timeIntervalSince1970: TimeInterval(server.mtime))
+      if server.atime != 0 { atime = Date(timeIntervalSince1970: TimeInterval(server.atime)) }
     }
+    attributes.st_mode &= ~mode_t(options.umask & 0o777)
     attributes.st_blocks = (attributes.st_size + 511) / 512
-    let spec = timespec(
-      tv_sec: Int(mtime.timeIntervalSince1970),
-      tv_nsec: Int((mtime.timeIntervalSince1970.truncatingRemainder(dividingBy: 1)) * 1e9))
-    attributes.st_mtim = spec
-    attributes.st_ctim = spec
-    attributes.st_atim = spec
+    func spec(_ date: Date) -> timespec {
+      timespec(
+        tv_sec: Int(date.timeIntervalSince1970),
+        tv_nsec: Int((date.timeIntervalSince1970.truncatingRemainder(dividingBy: 1)) * 1e9))
+    }
+    attributes.st_mtim = spec(mtime)
+    attributes.st_ctim = spec(mtime)
+    attributes.st_atim = spec(atime ?? mtime)
     return attributes
   }
 }

@@ -46,18 +46,20 @@ public struct BoardLimits: Sendable, Equatable {
   /// Only the latest Twrite makes up a board message (device). Otherwise writes at increasing
   /// offsets are assembled and the whole text is parsed again, so chunked writes work.
   public var messageWriteReplaces: Bool
+  /// How message files read (and so their listed length).
+  public var messageStyle: BoardMessageStyle
 
   /// The limits of a real 9BBS device (also Gen-1's: the same 9BBS Kconfig).
   public static let device = BoardLimits(
     chatRingCapacity: 49, maxChatUsers: 8, maxChatText: 255, maxAuthor: 31,
     messagesPerRoom: 20, maxBoardRooms: 8, maxRoomName: 31, clock: .uptime,
-    failsRootRoomCreate: true, messageWriteReplaces: true)
+    failsRootRoomCreate: true, messageWriteReplaces: true, messageStyle: .device)
 
   /// The limits of the default profile.
   public static let standard = BoardLimits(
     chatRingCapacity: 1000, maxChatUsers: nil, maxChatText: 255, maxAuthor: 31,
     messagesPerRoom: 10_000, maxBoardRooms: 1000, maxRoomName: 31, clock: .wallClock,
-    failsRootRoomCreate: false, messageWriteReplaces: false)
+    failsRootRoomCreate: false, messageWriteReplaces: false, messageStyle: .standard)
 
   /// The limits that go with a profile.
   public static func forProfile(_ profile: BBSProfile) -> BoardLimits {

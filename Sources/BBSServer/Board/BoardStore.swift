@@ -57,11 +57,18 @@ public struct BoardMessage: Sendable, Equatable {
     self.sequence = sequence
   }
 
-  /// The file as read (facts §1.4): headers, blank line, body, blank line, signature.
-  public var rendered: [UInt8] {
-    var out = Array(
-      "From: \(author)\nTo: \(room)\nSubject: \(subject)\nDate: \(date)\nX-Date-N: \(date)\n\n".utf8
-    )
+  /// The file as read: headers, blank line, body, blank line, signature. See
+  /// ``BoardMessageStyle`` for how the headers differ between a device and the default profile.
+  public func rendered(_ style: BoardMessageStyle) -> [UInt8] {
+    var out = Array("From: \(author)\nTo: \(room)\n".utf8)
+    switch style {
+    case .device:
+      out += Array("Subject: \(subject)\nDate: \(date)\nX-Date-N: \(date)\n\n".utf8)
+    case .standard:
+      let shown = subject.isEmpty ? impliedSubject(of: body) : subject
+      out += Array(
+        "Subject: \(shown)\nDate: \(rfc2822Date(millis: date))\nX-Date-N: \(date)\n\n".utf8)
+    }
     out += body
     out += Array("\n\n\(signature)\n".utf8)
     return out

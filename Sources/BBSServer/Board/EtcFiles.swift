@@ -32,7 +32,8 @@ public enum EtcField: String, Sendable, CaseIterable, Hashable {
   }
 }
 
-/// `/etc/nets` entries: listed and walkable, never readable.
+/// A device's `/etc/nets` entries: listed and walkable, never readable (device and gen1
+/// profiles only; see `Tree`).
 public let etcNets = ["fsxnet", "aethernet"]
 
 /// The BBS user registry and the `/etc` values. The sysops (a configured list of identities,

@@ -14,6 +14,11 @@ struct NinePFailure: Error, Equatable {
     isFileSystemError = false
   }
 
+  private init(fileSystemError ename: String) {
+    self.ename = ename
+    isFileSystemError = true
+  }
+
   /// The 9p4z text for an errno, with `operation`'s `… failed` fallback.
   init(errno code: Int32, operation: String) {
     ename = ErrorStrings.ename(for: code, operation: operation)
@@ -28,6 +33,8 @@ struct NinePFailure: Error, Equatable {
   static let notFound = NinePFailure("file not found")
   /// ENOENT from the file system: the same text, but a Gen-1 board says `… failed`.
   static let noSuchFile = NinePFailure(errno: ENOENT, operation: "stat")
+  /// ENOTEMPTY from the file system, in Plan 9's words (a Gen-1 board says `remove failed`).
+  static let directoryNotEmpty = NinePFailure(fileSystemError: "directory not empty")
 }
 
 /// What the file system says about one entry of the files area.
@@ -35,6 +42,7 @@ struct FileInfo: Sendable {
   var isDirectory: Bool
   var size: UInt64
   var permissions: UInt32
+  var atime: UInt32
   var mtime: UInt32
   var inode: UInt64
 }
@@ -94,6 +102,7 @@ final class FilesArea: Sendable {
     return FileInfo(
       isDirectory: buffer.st_mode & S_IFMT == S_IFDIR, size: UInt64(max(0, buffer.st_size)),
       permissions: UInt32(buffer.st_mode) & 0o777,
+      atime: UInt32(truncatingIfNeeded: max(0, buffer.st_atim.tv_sec)),
       mtime: UInt32(truncatingIfNeeded: max(0, buffer.st_mtim.tv_sec)),
       inode: UInt64(buffer.st_ino))
   }
@@ -168,7 +177,67 @@ final class FilesArea: Sendable {
     var buffer = stat()
     guard lstat(path, &buffer) == 0 else { throw NinePFailure.noSuchFile }
     let result = buffer.st_mode & S_IFMT == S_IFDIR ? rmdir(path) : unlink(path)
-    guard result == 0 else { throw NinePFailure(errno: errno, operation: "remove") }
+    guard result == 0 else {
+      // The 9p4z table has no text for ENOTEMPTY ("remove failed" would say EIO); Plan 9's
+      // wording maps back to ENOTEMPTY in every client.
+      if errno == ENOTEMPTY || errno == EEXIST { throw NinePFailure.directoryNotEmpty }
+      throw NinePFailure(errno: errno, operation: "remove")
+    }
+  }
+
+  /// Applies a Twstat to an entry (stat(5)): the fields not set to "don't change" are
+  /// length, mode (permission bits), atime, mtime and name, checked first and applied in that
+  /// order, the rename last. Returns the entry's path afterwards.
+  ///
+  /// The owner fields are the caller's business (see ``Tree/wstat(_:_:)``).
+  func change(_ parts: [String], to wanted: Stat) throws(NinePFailure) -> [String] {
+    let info = try info(parts)
+    let changesMode = wanted.mode.rawValue != .max
+    let changesLength = wanted.length != .max
+    let changesTimes = wanted.atime != .max || wanted.mtime != .max
+    let renames = !wanted.name.isEmpty && wanted.name != parts.last
+    // All fields "don't change": a request to commit the file to stable storage.
+    guard changesMode || changesLength || changesTimes || renames else { return parts }
+    guard writable else { throw NinePFailure("permission denied") }
+    if changesMode {
+      // The directory bit cannot change, and the other mode bits have no Unix meaning here.
+      guard wanted.mode.isDirectory == info.isDirectory else {
+        throw NinePFailure(errno: EINVAL, operation: "wstat")
+      }
+      guard wanted.mode.rawValue & ~(FileMode.directory.rawValue | 0o777) == 0 else {
+        throw NinePFailure(errno: ENOTSUP, operation: "wstat")
+      }
+    }
+    if changesLength && info.isDirectory && wanted.length != 0 {
+      throw NinePFailure(errno: EINVAL, operation: "wstat")
+    }
+    if renames {
+      guard Self.isValidName(wanted.name), !parts.isEmpty else {
+        throw NinePFailure(errno: EINVAL, operation: "wstat")
+      }
+    }
+    let path = try confinedPath(parts)
+    if changesLength && !info.isDirectory { try truncate(parts, length: wanted.length) }
+    if changesMode {
+      guard chmod(path, mode_t(wanted.mode.permissions)) == 0 else {
+        throw NinePFailure(errno: errno, operation: "wstat")
+      }
+    }
+    if changesTimes {
+      let omit = (1 << 30) - 2  // UTIME_OMIT, a macro Swift does not import
+      func time(_ seconds: UInt32) -> timespec {
+        seconds == .max
+          ? timespec(tv_sec: 0, tv_nsec: omit)
+          : timespec(tv_sec: Int(seconds), tv_nsec: 0)
+      }
+      let times = [time(wanted.atime), time(wanted.mtime)]
+      guard utimensat(AT_FDCWD, path, times, 0) == 0 else {
+        throw NinePFailure(errno: errno, operation: "wstat")
+      }
+    }
+    guard renames else { return parts }
+    try rename(parts, to: wanted.name)
+    return Array(parts.dropLast()) + [wanted.name]
   }
 
   /// Truncates or extends a file (Twstat length).

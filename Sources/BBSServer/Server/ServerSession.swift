@@ -346,14 +346,9 @@ final class ServerSession: Sendable {
 
     case .twstat(let fid, let stat):
       guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
-      guard !device, case .files(let path) = entry.node, let files = tree.files else {
-        throw NinePFailure("wstat not supported")
-      }
-      if stat.length != .max { try files.truncate(path, length: stat.length) }
-      if !stat.name.isEmpty, stat.name != path.last {
-        try files.rename(path, to: stat.name)
-        state.fids[fid]?.node = .files(Array(path.dropLast()) + [stat.name])
-      }
+      // A board has no Twstat at all, even for a wstat that changes nothing (facts §10).
+      guard !device else { throw NinePFailure("wstat not supported") }
+      state.fids[fid]?.node = try tree.wstat(entry.node, stat)
       return .rwstat
 
     default:

@@ -34,6 +34,10 @@ final class Tree: Sendable {
 
   private static let owner = "zephyr"
 
+  /// The `/etc/nets` entries. A device lists nets it cannot read (facts §1.2); this server
+  /// belongs to no net, so the default profile lists none.
+  private var nets: [String] { device ? etcNets : [] }
+
   // MARK: Walking
 
   /// The child `name` of `node`, or nil. `..` goes to the parent.
@@ -53,7 +57,7 @@ final class Tree: Sendable {
       if name == "nets" { return .netsDir }
       return EtcField(rawValue: name).map { .etcFile($0) }
     case .netsDir:
-      return etcNets.contains(name) ? .netsFile(name) : nil
+      return nets.contains(name) ? .netsFile(name) : nil
     case .roomsDir:
       return board.rooms.hasRoom(name) ? .boardRoom(name) : nil
     case .boardRoom(let room):
@@ -136,6 +140,7 @@ final class Tree: Sendable {
     var mode: FileMode
     var length: UInt64 = 0
     var mtime: UInt32 = 0
+    var atime: UInt32 = 0
     switch node {
     case .etcFile(let field):
       mode = FileMode(permissions: field.isWritable && board.etc.isAdmin(user.id) ? 0o644 : 0o444)
@@ -143,7 +148,15 @@ final class Tree: Sendable {
     case .netsFile: mode = FileMode(permissions: 0o644)
     case .boardMessage(let room, let id):
       mode = FileMode(permissions: 0o644)
-      length = UInt64((try? board.rooms.message(in: room, id: id))?.body.count ?? 0)
+      if let message = try? board.rooms.message(in: room, id: id) {
+        if board.limits.messageStyle == .device {
+          length = UInt64(message.body.count)  // a device lists the body's length only
+        } else {
+          length = UInt64(message.rendered(.standard).count)
+          mtime = UInt32(clamping: message.date / 1000)
+          atime = mtime
+        }
+      }
     case .chatPost: mode = FileMode(permissions: 0o200)
     case .chatUsers, .chatRoom: mode = FileMode(permissions: 0o444)
     case .files(let path):
@@ -152,10 +165,11 @@ final class Tree: Sendable {
       mode = FileMode(permissions: permissions, isDir ? .directory : [])
       length = isDir ? 0 : (info?.size ?? 0)
       mtime = info?.mtime ?? 0
+      atime = info?.atime ?? 0
     default: mode = FileMode(permissions: 0o755, .directory)
     }
     return Stat(
-      qid: listingQid(node), mode: mode, atime: mtime, mtime: mtime, length: length,
+      qid: listingQid(node), mode: mode, atime: atime, mtime: mtime, length: length,
       name: node.name, uid: Self.owner, gid: Self.owner, muid: Self.owner)
   }
 
@@ -174,7 +188,7 @@ final class Tree: Sendable {
     switch node {
     case .root: return [.etcDir, .roomsDir, .chatDir] + (files == nil ? [] : [.files([])])
     case .etcDir: return EtcField.allCases.map { .etcFile($0) } + [.netsDir]
-    case .netsDir: return etcNets.map { .netsFile($0) }
+    case .netsDir: return nets.map { .netsFile($0) }
     case .roomsDir: return board.rooms.roomNames.map { .boardRoom($0) }
     case .boardRoom(let room):
       do {
@@ -223,7 +237,7 @@ final class Tree: Sendable {
     case .netsFile: throw NinePFailure(errno: ENOENT, operation: "read")
     case .boardMessage(let room, let id):
       do {
-        return slice(try board.rooms.message(in: room, id: id).rendered)
+        return slice(try board.rooms.message(in: room, id: id).rendered(board.limits.messageStyle))
       } catch {
         throw NinePFailure(error, operation: "read")
       }
@@ -311,6 +325,25 @@ final class Tree: Sendable {
     } catch {
       throw NinePFailure(errno: EIO, operation: "create")
     }
+  }
+
+  /// Twstat in the default profile: a files-area entry changes as stat(5) says (see
+  /// ``FilesArea/change(_:to:)``); elsewhere only a wstat that changes nothing is accepted.
+  /// Returns the node afterwards (a rename moves it).
+  ///
+  /// Every entry belongs to one owner, so uid, gid and muid may only name it again: a change
+  /// of owner or group is refused (`not authorized`), never dropped.
+  func wstat(_ node: Node, _ wanted: Stat) throws(NinePFailure) -> Node {
+    for owner in [wanted.uid, wanted.gid, wanted.muid] where !owner.isEmpty {
+      guard owner == Self.owner else { throw NinePFailure(errno: EPERM, operation: "wstat") }
+    }
+    guard case .files(let path) = node, let files else {
+      var unchanged = Stat.unchanged
+      (unchanged.uid, unchanged.gid, unchanged.muid) = (wanted.uid, wanted.gid, wanted.muid)
+      guard wanted == unchanged else { throw NinePFailure("wstat not supported") }
+      return node
+    }
+    return .files(try files.change(path, to: wanted))
   }
 
   /// Tremove: only files-area entries can go; the BBS has no deletion.

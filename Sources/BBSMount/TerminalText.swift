@@ -1,0 +1,74 @@
+/// Text from a server (names, error strings, TXT records) made safe to print and to paste.
+///
+/// A board's name or an error string is the far end's choice: printed raw, an escape
+/// sequence in it can rewrite the user's terminal, and a quote in it can turn a suggested
+/// command into a different one. Everything mount9bbs prints itself goes through here; the
+/// contents of room files do not (a file is bytes, and reading it is the user's choice).
+public enum TerminalText {
+  /// `text` with every control character (C0, DEL, C1) and every bidirectional override
+  /// written as a visible escape (`\x1B`, `\u{202E}`), and a backslash doubled, so the
+  /// escape cannot be forged. Newlines and tabs stay when `keepingLayout` is set (for text
+  /// mount9bbs lays out itself), and are escaped otherwise (one field, one line).
+  public static func escaped(_ text: String, keepingLayout: Bool = false) -> String {
+    var result = ""
+    result.reserveCapacity(text.utf8.count)
+    for scalar in text.unicodeScalars {
+      switch scalar.value {
+      case 0x0A where keepingLayout, 0x09 where keepingLayout:
+        result.unicodeScalars.append(scalar)
+      case 0x5C where !keepingLayout:
+        result += "\\\\"
+      case 0x00...0x1F, 0x7F...0x9F:
+        result += "\\x" + hex(scalar.value, width: 2)
+      case 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069:
+        result += "\\u{" + hex(scalar.value, width: 4) + "}"
+      default:
+        result.unicodeScalars.append(scalar)
+      }
+    }
+    return result
+  }
+
+  /// `word` quoted for a POSIX shell (and for bash and zsh typed interactively): as it is when
+  /// it holds only characters no shell treats specially, in single quotes otherwise, and in
+  /// `$'…'` with every unusual byte as `\xNN` when it holds control characters, so the quoted
+  /// form is also safe to show on a terminal. `!` is quoted too: bash's history expansion
+  /// reaches inside double quotes.
+  public static func shellQuoted(_ word: String) -> String {
+    if !word.isEmpty && word.unicodeScalars.allSatisfy(isPlain) { return word }
+    let needsEscapes = word.unicodeScalars.contains { scalar in
+      escaped(String(scalar)) != String(scalar) && scalar != "\\"
+    }
+    guard needsEscapes else {
+      return "'" + word.replacing("'", with: "'\\''") + "'"
+    }
+    var result = "$'"
+    for scalar in word.unicodeScalars {
+      switch scalar {
+      case "'", "\\": result += "\\" + String(scalar)
+      case "!": result += "\\x21"
+      default:
+        if escaped(String(scalar)) == String(scalar) {
+          result.unicodeScalars.append(scalar)
+        } else {
+          for byte in String(scalar).utf8 { result += "\\x" + hex(UInt32(byte), width: 2) }
+        }
+      }
+    }
+    return result + "'"
+  }
+
+  private static func isPlain(_ scalar: Unicode.Scalar) -> Bool {
+    switch scalar {
+    case "a"..."z", "A"..."Z", "0"..."9", "-", "_", ".", "/", ",", ":", "@", "%", "+", "=":
+      return true
+    default:
+      return false
+    }
+  }
+
+  private static func hex(_ value: UInt32, width: Int) -> String {
+    let digits = String(value, radix: 16, uppercase: true)
+    return String(repeating: "0", count: max(0, width - digits.count)) + digits
+  }
+}
