@@ -136,14 +136,6 @@ public enum AuthenticationError: Error, Sendable, Equatable, CustomStringConvert
     return true
   }
 
-  /// Worth another try on a new connection.
-  public var isTransient: Bool {
-    switch self {
-    case .busy, .expired: true
-    default: false
-    }
-  }
-
   public var description: String {
     switch self {
     case .notRequired:
