@@ -173,7 +173,8 @@ final class IdentityMountTests: XCTestCase {
     XCTAssertEqual(shown.status, 0, shown.output)
     let daveIdentity = shown.output.trimmingCharacters(in: .whitespacesAndNewlines)
 
-    let carolMount = try mount(server, carol, at: "mnt", options: ["identity=" + p256])
+    // sshfs's spelling works too.
+    let carolMount = try mount(server, carol, at: "mnt", options: ["IdentityFile=" + p256])
     let daveMount = try mount(server, dave, at: "mnt2", options: ["identity=agent"])
     let tail = try background(self, "/usr/bin/tail", ["-f", carolMount.mountpoint + "/chat/lobby"])
     try sh("echo 'from carol' > \(carolMount.mountpoint)/chat/post")
