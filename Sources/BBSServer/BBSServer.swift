@@ -7,10 +7,10 @@
 // - `Tree` maps the 9BBS namespace (facts §1.2) onto the board and the optional files area:
 //   walks, qids, stats (with the device's QTDIR quirks), listings, reads, writes, creates.
 // - `ServerSession` is one 9P session: msize, fids, parked reads, and (with `auth`) its Tauth
-//   table (`AuthTable`: challenges, verified identities); a fid belongs to a `BoardUser`. `process(frame)` runs one
-//   request under the session's lock and returns the reply frames; a parked chat read registers
-//   a waiter with the chat hub, and a later post wakes it on `wakeQueue`, which re-reads under
-//   the same lock and sends the Rread itself.
+//   table (`AuthTable`: challenges, verified identities); each fid belongs to a `BoardUser`.
+//   `process(frame)` runs one request under the session's lock and returns the reply frames; a
+//   parked chat read registers a waiter with the chat hub, and a later post wakes it on
+//   `wakeQueue`, which re-reads under the same lock and sends the Rread itself.
 // - `BBSServer` owns the listeners and connections. Threads: one accept thread per listener,
 //   one reader thread per connection (blocking sockets, no event loop). Default profile: the
 //   reader thread calls `process` and sends the replies, so a parked read never blocks the
