@@ -270,7 +270,7 @@ final class ScanReport {
   }
 
   static func mountName(_ device: BluetoothDevice) -> String {
-    "ble!" + (device.name ?? device.address)
+    "ble:" + (device.name ?? device.address)
   }
 
   static func dialSummary(_ candidates: [TransportAddress]) -> String {
@@ -306,7 +306,7 @@ final class ScanReport {
           "event": "board", "kind": "mdns", "name": service.name, "type": service.type,
           "host": service.host, "address": service.address, "port": Int(service.port),
           "txt": service.txt, "features": service.features,
-          "dial": [service.dialAddress.description], "mount": "mdns!" + service.name,
+          "dial": [service.dialAddress.description], "mount": "mdns:" + service.name,
         ])
         return
       }
@@ -317,7 +317,7 @@ final class ScanReport {
         lines.append("  " + Self.padded(Self.safe(key)) + Self.safe(service.txt[key] ?? ""))
       }
       lines.append(
-        "  " + Self.padded("mount") + "mount9bbs \(Self.shell("mdns!" + service.name)) MOUNTPOINT")
+        "  " + Self.padded("mount") + "mount9bbs \(Self.shell("mdns:" + service.name)) MOUNTPOINT")
       Console.output(lines.joined(separator: "\n"))
     case .removed(let name):
       if json {

@@ -70,7 +70,7 @@ final class BluetoothScanTests: XCTestCase {
         transport    l2cap:psm=9,mtu=4096,dynamic,sessions=4,range=80-ff → PSM 0x0009, then 0x0080
         app link     https://9p4z.org/clients
         version      9P2000;9p4z;1.0.0
-        mount        mount9bbs 'ble!THE_GRID' MOUNTPOINT
+        mount        mount9bbs ble:THE_GRID MOUNTPOINT
 
       """, run.all)
     XCTAssertTrue(run.stderr.contains("1 found in 1.5 s."), run.all)
@@ -266,7 +266,7 @@ final class BluetoothScanTests: XCTestCase {
         """), run.all)
     XCTAssertTrue(
       run.stdout.contains(
-        "  mount        mount9bbs 'ble!BROKEN' MOUNTPOINT  (PSM 0x0080, then 0x0009)"), run.all)
+        "  mount        mount9bbs ble:BROKEN MOUNTPOINT  (PSM 0x0080, then 0x0009)"), run.all)
     XCTAssertTrue(run.stdout.contains("  description  9P Server"), run.all)
     let broke = mock.calls.filter { $0.path.hasPrefix("/org/bluez/hci0/dev_C0_FF_EE_00_00_06") }
     XCTAssertEqual(broke.map(\.method), ["Connect"], "no Disconnect after a failed Connect")

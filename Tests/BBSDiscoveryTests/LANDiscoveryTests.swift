@@ -79,14 +79,14 @@ final class LANDiscoveryTests: XCTestCase {
       board["txt"] as? [String: String],
       ["version": "9P2000", "features": "chat,messaging", "board": "The Test Board"])
     XCTAssertEqual(board["dial"] as? [String], ["tcp!127.0.0.1!5640"])
-    XCTAssertEqual(board["mount"] as? String, "mdns!Test BBS")
+    XCTAssertEqual(board["mount"] as? String, "mdns:Test BBS")
     XCTAssertTrue(
       namespace.file("scan.txt").contains(
         """
         Test BBS  127.0.0.1 port 5640  (ns9bbs.local, _9p
         """.dropLast(0)), namespace.file("scan.txt"))
     XCTAssertTrue(
-      namespace.file("scan.txt").contains("  mount        mount9bbs 'mdns!Test BBS' MOUNTPOINT"),
+      namespace.file("scan.txt").contains("  mount        mount9bbs 'mdns:Test BBS' MOUNTPOINT"),
       namespace.file("scan.txt"))
     XCTAssertEqual(namespace.file("ls2.txt"), "lobby\npost\ntech\nusers\n")
     XCTAssertFalse(
@@ -110,7 +110,7 @@ final class LANDiscoveryTests: XCTestCase {
           echo exit
         } >"$WORK/paste.sh"
         cd "$WORK" && bash --norc --noprofile -i <paste.sh >pasted.txt 2>paste.err
-        printf 'mdns!%s\nMOUNTPOINT\n' "$name" >"$WORK/expected.txt"
+        printf 'mdns:%s\nMOUNTPOINT\n' "$name" >"$WORK/expected.txt"
         echo done
         """#)
     XCTAssertEqual(result.status, 0, "\(result.output)\n\(namespace.file("9bbsd.log"))")
