@@ -9,6 +9,12 @@ public struct StatusReport: Codable, Sendable {
     public var since: Date
     public var reason: String?
     public var reconnects: Int
+    /// The transport in use (while down, the one last used).
+    public var transport: String?
+    /// Every transport of the BBS, most preferred first.
+    public var transports: [String]?
+    /// Moves to another transport so far: failovers and returns to a preferred one.
+    public var switches: Int?
   }
 
   public struct SessionStatus: Codable, Sendable {
@@ -82,13 +88,14 @@ extension BBSFileSystem {
         lastMessageAge: now.timeIntervalSince($0.lastMessage))
     }
     return StatusReport(
-      mountpoint: mountpoint, address: pool.address.description,
+      mountpoint: mountpoint, address: pool.addresses.map(\.description).joined(separator: ","),
       profile: pool.configuration.profile.rawValue, uname: pool.configuration.uname,
       identity: pool.configuration.authentication?.identity,
       auth: pool.configuration.authentication?.policy.rawValue, pid: getpid(),
       link: StatusReport.Link(
         state: linkText, since: pool.linkStateSince, reason: reason,
-        reconnects: pool.reconnectCount),
+        reconnects: pool.reconnectCount, transport: pool.address.description,
+        transports: pool.addresses.map(\.description), switches: pool.switchCount),
       sessions: sessions, outbox: outboxCount, rooms: rooms)
   }
 }

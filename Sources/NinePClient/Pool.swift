@@ -28,10 +28,13 @@ public struct ReconnectPolicy: Sendable {
   /// First wait before re-dialling; doubles (with jitter) up to ``maximumBackoff``.
   public var initialBackoff: Duration = .milliseconds(100)
   public var maximumBackoff: Duration = .seconds(30)
-  /// A cheap request (Tstat of the attach point, never Tversion) on an idle link this often;
-  /// nil turns keepalives off.
+  /// A cheap request (Tstat of the attach point, never Tversion) once the link has been
+  /// silent this long; nil turns keepalives off. With several addresses, also how often the
+  /// pool tries the preferred one again while it uses another.
   public var keepaliveInterval: Duration? = .seconds(15)
-  /// Keepalives in a row that may go unanswered before the link counts as dead.
+  /// Keepalive periods of silence, with a probe unanswered, after which the link counts as
+  /// dead (at least 2: the probe goes out after one period of silence). A frozen server is
+  /// thus noticed within `keepaliveMisses` periods of its last reply.
   public var keepaliveMisses = 2
 
   public init() {}
@@ -39,6 +42,12 @@ public struct ReconnectPolicy: Sendable {
 
 /// Several sessions to one server, each its own connection (or L2CAP channel) with its own
 /// version and attach, re-established when the link drops.
+///
+/// A server may be reachable over several transports (an L2CAP channel and a TCP gateway of
+/// one board): the pool is given them in order of preference, uses the first that answers,
+/// fails over to the next when the link in use dies, and goes back to a more preferred one
+/// as soon as it answers again (tried every keepalive period). A switch back replaces the
+/// sessions like a reconnect does, without the link ever counting as down.
 ///
 /// A device serves one request at a time per channel and parks at most 4 reads per session,
 /// so room feeds go to extra sessions and `ls`, `cat` and posting never wait behind them.
@@ -50,7 +59,8 @@ public struct ReconnectPolicy: Sendable {
 /// sessions: owners re-walk what they need on the new session (``generation`` tells them it
 /// changed).
 public final class Pool: @unchecked Sendable {
-  public let address: TransportAddress
+  /// The server's addresses, most preferred first.
+  public let addresses: [TransportAddress]
   public let configuration: SessionConfiguration
   public let dialOptions: DialOptions
   public let policy: ReconnectPolicy
@@ -74,13 +84,35 @@ public final class Pool: @unchecked Sendable {
   private var sessionGeneration: UInt64 = 0
   private var observers: [@Sendable (LinkState) -> Void] = []
   private var keepaliveThread: Thread?
+  /// The index in `addresses` of the transport the sessions use (or last used).
+  private var endpoint = 0
+  /// How many times the pool moved to another transport (failing over or going back).
+  private var transportSwitches = 0
+  /// A try of the more preferred transports is scheduled.
+  private var preferredRetryScheduled = false
+  /// Tries of the more preferred transports that failed since the last switch: the period
+  /// doubles with them (twice at most), so a transport that is gone for good (a PSM the
+  /// board does not serve) costs a dial a minute, not four.
+  private var preferredRetriesFailed = 0
 
-  public init(
+  public convenience init(
     address: TransportAddress, configuration: SessionConfiguration, maxSessions: Int,
     dialOptions: DialOptions = DialOptions(), policy: ReconnectPolicy = ReconnectPolicy(),
     logger: Logger = Logger(label: "mount9bbs.client")
   ) {
-    self.address = address
+    self.init(
+      addresses: [address], configuration: configuration, maxSessions: maxSessions,
+      dialOptions: dialOptions, policy: policy, logger: logger)
+  }
+
+  /// - Parameter addresses: the transports of one server, most preferred first (not empty).
+  public init(
+    addresses: [TransportAddress], configuration: SessionConfiguration, maxSessions: Int,
+    dialOptions: DialOptions = DialOptions(), policy: ReconnectPolicy = ReconnectPolicy(),
+    logger: Logger = Logger(label: "mount9bbs.client")
+  ) {
+    precondition(!addresses.isEmpty, "a pool needs at least one address")
+    self.addresses = addresses
     self.configuration = configuration
     self.maxSessions = max(1, maxSessions)
     self.dialOptions = dialOptions
@@ -90,15 +122,33 @@ public final class Pool: @unchecked Sendable {
 
   // MARK: - Life cycle
 
-  /// Connects the primary session, blocking the calling thread. A failure here is reported,
-  /// not retried: the user should hear at once that the address is wrong.
+  /// Connects the primary session on the first address that answers, in order of
+  /// preference, blocking the calling thread. A failure here is reported (the first
+  /// address's), not retried: the user should hear at once that the address is wrong.
   public func start() throws(NinePError) {
-    let session = try dialSession()
-    lock.lock()
-    install(primary: session)
-    lock.unlock()
-    notify(.up)
-    startKeepalive()
+    var firstError: NinePError?
+    for index in addresses.indices {
+      let session: Session
+      do {
+        // The last candidate gets the whole request timeout, as a single address does.
+        let limit = index + 1 < addresses.count ? failoverHandshake : nil
+        session = try dialSession(to: index, handshake: limit)
+      } catch {
+        if index + 1 < addresses.count {
+          logger.notice("\(addresses[index]): \(error); trying \(addresses[index + 1])")
+        }
+        firstError = firstError ?? error
+        continue
+      }
+      lock.lock()
+      endpoint = index
+      install(primary: session)
+      lock.unlock()
+      notify(.up)
+      startKeepalive()
+      return
+    }
+    throw firstError ?? .sessionClosed(reason: "no address to dial")
   }
 
   /// Closes every session and stops reconnecting. With `tidy`, each session first clunks the
@@ -130,6 +180,21 @@ public final class Pool: @unchecked Sendable {
   }
 
   // MARK: - State
+
+  /// The address of the transport in use (while the link is down, the one last used).
+  public var address: TransportAddress {
+    lock.lock()
+    defer { lock.unlock() }
+    return addresses[endpoint]
+  }
+
+  /// How many times the pool moved to another transport: failovers and returns to a more
+  /// preferred one.
+  public var switchCount: Int {
+    lock.lock()
+    defer { lock.unlock() }
+    return transportSwitches
+  }
 
   /// The session for ordinary requests while the link is up; nil while it is down.
   public var current: Session? {
@@ -317,7 +382,10 @@ public final class Pool: @unchecked Sendable {
   /// Opens a stream session and places everyone waiting for it.
   private func dialStreamSession() {
     let handshake = min(configuration.requestTimeout ?? Self.streamHandshake, Self.streamHandshake)
-    let result = Result { () throws(NinePError) -> Session in try dialSession(handshake: handshake)
+    // The transport the primary uses: a stream session on another would outlive a switch.
+    let target = lock.withLock { endpoint }
+    let result = Result { () throws(NinePError) -> Session in
+      try dialSession(to: target, handshake: handshake)
     }
     lock.lock()
     let callers = Array(streamWaiters.values)
@@ -327,6 +395,9 @@ public final class Pool: @unchecked Sendable {
     case .success(let session):
       if case .closed = link {
         late = session
+      } else if target != endpoint || primarySession == nil {
+        // The pool moved to another transport (or lost the link) meanwhile.
+        late = session
       } else {
         streamSessions.append(session)
       }
@@ -334,13 +405,15 @@ public final class Pool: @unchecked Sendable {
       // A server that serves one connection at a time leaves the second one unanswered.
       extraSessionsRefused = true
       logger.warning(
-        "could not open another session to \(address) (\(error)); room feeds share the open ones")
+        "could not open another session to \(addresses[target]) (\(error)); room feeds share the open ones"
+      )
     }
     if late == nil { dialingStream = false }
     lock.unlock()
     if let late {
-      // Dialled while the pool closed: give its attach fid back too, then let close() go on.
-      late.retire(within: .seconds(1), reason: "pool closed")
+      // Dialled while the pool closed or moved: give its attach fid back too, then let
+      // close() go on.
+      late.retire(within: .seconds(1), reason: "pool closed or moved")
       lock.withLock { dialingStream = false }
     }
     // Placed again: one new session may not hold them all, and a second dial then starts.
@@ -352,16 +425,22 @@ public final class Pool: @unchecked Sendable {
 
   // MARK: - Losing and regaining the link
 
-  /// Makes `session` the primary and watches it. Called with the lock held.
+  /// Makes `session` the primary and watches it. Called with the lock held; the caller
+  /// notifies the observers once it has let go of the lock.
   private func install(primary session: Session) {
     primarySession = session
     extraSessionsRefused = false
+    preferredRetriesFailed = 0
     sessionGeneration += 1
     link = .up
     linkSince = Date()
     session.onClose { [weak self, weak session] reason in
       guard let self, let session else { return }
       self.lost(session, reason: reason)
+    }
+    if endpoint > 0 {
+      // Not on the preferred transport: look for it again (after the lock is let go).
+      DispatchQueue.global().async { [weak self] in self?.schedulePreferredRetry() }
     }
   }
 
@@ -374,50 +453,131 @@ public final class Pool: @unchecked Sendable {
     primarySession = nil
     link = .down(reason: reason)
     linkSince = Date()
+    let died = endpoint
     // A lost primary almost always means a lost link (a board out of radio range, a server
     // restart): the stream sessions go with it and are re-placed by their owners.
     let streams = streamSessions
     streamSessions.removeAll()
     lock.unlock()
-    logger.warning("link to \(address) lost: \(reason); reconnecting")
+    logger.warning("link to \(addresses[died]) lost: \(reason); reconnecting")
     for stream in streams { stream.close(reason: "link lost: \(reason)") }
     notify(.down(reason: reason))
     guard policy.enabled else { return }
-    reconnect(attempt: 0)
+    // The transport that just died goes last in the first round: the others are likelier to
+    // answer now, and the preferred one is tried again once it might be back.
+    let first = addresses.indices.map { (died + 1 + $0) % addresses.count }
+    reconnect(attempt: 0, order: first)
   }
 
-  private func reconnect(attempt: Int) {
+  private func reconnect(attempt: Int, order: [Int]? = nil) {
     let delay = backoff(attempt: attempt)
     DispatchQueue.global().asyncAfter(deadline: .now() + delay.timeInterval) { [self] in
-      lock.lock()
-      guard case .down = link else {
-        lock.unlock()
-        return
-      }
-      lock.unlock()
-      let result = Result { () throws(NinePError) -> Session in try dialSession() }
-      switch result {
-      case .failure(let error):
-        logger.info("reconnect attempt \(attempt + 1) to \(address) failed: \(error)")
-        reconnect(attempt: attempt + 1)
-      case .success(let session):
-        lock.lock()
-        guard case .down = link else {
+      for index in order ?? Array(addresses.indices) {
+        guard lock.withLock({ if case .down = link { true } else { false } }) else { return }
+        let result = Result { () throws(NinePError) -> Session in
+          try dialSession(to: index, handshake: failoverHandshake)
+        }
+        switch result {
+        case .failure(let error):
+          logger.info("reconnect attempt \(attempt + 1) to \(addresses[index]) failed: \(error)")
+        case .success(let session):
+          lock.lock()
+          guard case .down = link else {
+            lock.unlock()
+            session.close(reason: "pool closed")
+            return
+          }
+          reconnects += 1
+          if index != endpoint { transportSwitches += 1 }
+          endpoint = index
+          install(primary: session)
+          let waiters = upWaiters.values
+          upWaiters.removeAll()
           lock.unlock()
-          session.close(reason: "pool closed")
+          logger.notice("link to \(addresses[index]) is back (reconnect \(reconnects))")
+          notify(.up)
+          for waiter in waiters { waiter(.success(session)) }
           return
         }
-        reconnects += 1
-        install(primary: session)
-        let waiters = upWaiters.values
-        upWaiters.removeAll()
-        lock.unlock()
-        logger.notice("link to \(address) is back (reconnect \(reconnects))")
-        notify(.up)
-        for waiter in waiters { waiter(.success(session)) }
       }
+      reconnect(attempt: attempt + 1)
     }
   }
+
+  /// How long a handshake may take with several addresses (nil, the request timeout, with
+  /// one): a transport that connects but never answers (a frozen gateway) must not hold the
+  /// others up for the whole request timeout.
+  private var failoverHandshake: Duration? {
+    guard addresses.count > 1 else { return nil }
+    return min(
+      configuration.requestTimeout ?? Self.failoverHandshakeLimit, Self.failoverHandshakeLimit)
+  }
+
+  /// The longest handshake on one of several transports.
+  static let failoverHandshakeLimit: Duration = .seconds(5)
+
+  // MARK: - Going back to the preferred transport
+
+  /// While a less preferred transport is in use, tries the more preferred ones every
+  /// keepalive period (at least a second; up to four after failed tries); the first that
+  /// answers takes over.
+  private func schedulePreferredRetry() {
+    let period = max(policy.keepaliveInterval ?? .seconds(15), .seconds(1))
+    let delay = lock.withLock { () -> Duration? in
+      guard policy.enabled, endpoint > 0, !preferredRetryScheduled else { return nil }
+      preferredRetryScheduled = true
+      return period * (1 << min(preferredRetriesFailed, 2))
+    }
+    guard let delay else { return }
+    DispatchQueue.global().asyncAfter(deadline: .now() + delay.timeInterval) { [self] in
+      let using = lock.withLock { () -> Int? in
+        preferredRetryScheduled = false
+        guard case .up = link else { return nil }
+        return endpoint
+      }
+      // Down (the reconnect rounds try the preferred one first) or closed: nothing to do.
+      guard let using, using > 0 else { return }
+      for index in 0..<using {
+        guard
+          let session = try? dialSession(
+            to: index, handshake: min(Self.failoverHandshakeLimit, period))
+        else { continue }
+        return switchBack(to: session, endpoint: index)
+      }
+      lock.withLock { preferredRetriesFailed += 1 }
+      schedulePreferredRetry()
+    }
+  }
+
+  /// Makes `session`, on the more preferred `addresses[index]`, the primary: new requests go
+  /// there at once; the old primary finishes what it has on the wire, gives its fids back and
+  /// closes; the stream sessions close, so room feeds move over (and drop what they replay).
+  private func switchBack(to session: Session, endpoint index: Int) {
+    lock.lock()
+    guard case .up = link, index < endpoint, let old = primarySession else {
+      lock.unlock()
+      session.retire(within: .seconds(1), reason: "not needed")
+      // Still on a less preferred transport (the link went down and up again meanwhile)?
+      schedulePreferredRetry()
+      return
+    }
+    let from = addresses[endpoint]
+    let streams = streamSessions
+    streamSessions.removeAll()
+    endpoint = index
+    transportSwitches += 1
+    install(primary: session)
+    lock.unlock()
+    logger.notice("\(addresses[index]) answers again; moving over from \(from)")
+    for stream in streams { stream.close(reason: "moved to \(addresses[index])") }
+    Thread.detachNewThread {
+      old.retire(within: Self.switchGrace, reason: "moved to another transport")
+    }
+    notify(.up)
+  }
+
+  /// How long the old primary may finish its requests and clunk its fids after a switch.
+  static let switchGrace: Duration = .seconds(2)
 
   /// Exponential backoff with ±25% jitter, so many clients do not hammer a server together.
   func backoff(attempt: Int) -> Duration {
@@ -435,43 +595,41 @@ public final class Pool: @unchecked Sendable {
 
   // MARK: - Keepalive
 
+  /// Watches the primary session's silence: after one keepalive period without a frame from
+  /// the server a probe goes out (whether or not other requests wait for replies: a frozen
+  /// server answers none of them); when the silence reaches ``ReconnectPolicy/keepaliveMisses``
+  /// periods with the probe unanswered, the session is closed and the link counts as down.
   private func startKeepalive() {
     guard let interval = policy.keepaliveInterval, keepaliveThread == nil else { return }
+    let deadAfter = interval * max(2, policy.keepaliveMisses)
+    // Looks often enough that "two periods" means two periods, not three.
+    let tick = max(interval / 8, .milliseconds(20))
     let thread = Thread { [weak self] in
-      var misses = 0
-      var lastReceived: UInt64 = 0
+      var probing: (session: Session, answered: ProbeFlag)?
       while true {
-        Thread.sleep(forTimeInterval: interval.timeInterval)
+        Thread.sleep(forTimeInterval: tick.timeInterval)
         guard let self else { return }
         if case .closed = self.linkState { return }
         guard let session = self.current else {
-          misses = 0
+          probing = nil
           continue
         }
-        // Traffic came back since the last look: the link is alive, no probe needed.
-        let received = session.statistics.messagesReceived
-        if received != lastReceived {
-          lastReceived = received
-          misses = 0
+        let silence = session.lastReceived.duration(to: .now)
+        if let probe = probing, probe.session === session, !probe.answered.isSet {
+          guard silence >= deadAfter else { continue }
+          probing = nil
+          let seconds = Int(silence.timeInterval.rounded())
+          self.logger.warning(
+            "keepalive: nothing from \(self.address) for \(seconds) s; the link counts as down")
+          session.close(reason: "no answer to keepalives for \(seconds) s")
           continue
         }
-        let box = ResultBox()
-        session.send(
-          .tstat(fid: session.rootFid), options: RequestOptions(timeout: .some(interval))
-        ) { box.set($0) }
-        switch box.wait() {
-        case .success, .failure(.server):
-          misses = 0
-          lastReceived = session.statistics.messagesReceived
-        case .failure(.timedOut):
-          misses += 1
-          self.logger.warning("keepalive: no answer from \(self.address) (\(misses) in a row)")
-          if misses >= self.policy.keepaliveMisses {
-            misses = 0
-            session.close(reason: "no answer to \(self.policy.keepaliveMisses) keepalives")
-          }
-        case .failure:
-          misses = 0
+        guard silence >= interval else { continue }
+        let answered = ProbeFlag()
+        probing = (session, answered)
+        // No timeout of its own: the silence decides, and a flush would only add traffic.
+        session.send(.tstat(fid: session.rootFid), options: RequestOptions(timeout: .some(nil))) {
+          _ in answered.set()
         }
       }
     }
@@ -480,10 +638,12 @@ public final class Pool: @unchecked Sendable {
     thread.start()
   }
 
-  private func dialSession(handshake: Duration? = nil) throws(NinePError) -> Session {
+  private func dialSession(to index: Int, handshake: Duration? = nil) throws(NinePError)
+    -> Session
+  {
     let transport: any MessageTransport
     do {
-      transport = try dial(address, options: dialOptions)
+      transport = try dial(addresses[index], options: dialOptions)
     } catch {
       throw .transport(error)
     }
@@ -491,4 +651,14 @@ public final class Pool: @unchecked Sendable {
       transport: transport, configuration: configuration, handshakeTimeout: handshake,
       logger: logger)
   }
+}
+
+/// Set once a keepalive probe has its answer (any answer: the server is alive).
+private final class ProbeFlag: @unchecked Sendable {
+  private let lock = NSLock()
+  private var value = false
+
+  var isSet: Bool { lock.withLock { value } }
+
+  func set() { lock.withLock { value = true } }
 }

@@ -114,6 +114,9 @@ public final class Session: @unchecked Sendable {
     /// When the sleeping writer will look again by itself; nil while it runs or sleeps until
     /// signalled.
     var writerWakesAt: ContinuousClock.Instant?
+    /// When the last frame came from the server (the handshake's, at first): the pool's
+    /// keepalive measures the link's silence from here.
+    var lastReceived = ContinuousClock.now
   }
 
   private init(
@@ -419,6 +422,13 @@ public final class Session: @unchecked Sendable {
     return stats
   }
 
+  /// When the server last sent anything on this session (a reply, an error, an Rflush).
+  public var lastReceived: ContinuousClock.Instant {
+    condition.lock()
+    defer { condition.unlock() }
+    return state.lastReceived
+  }
+
   /// Streams placed on this session by the pool and not yet given back (see
   /// ``Pool/session(for:completion:)``): counts a feed from its placement on, before its first
   /// read exists, so feeds that start together spread over sessions.
@@ -656,6 +666,7 @@ public final class Session: @unchecked Sendable {
     condition.lock()
     state.statistics.messagesReceived += 1
     state.statistics.bytesReceived += UInt64(frameSize)
+    state.lastReceived = .now
     if frameSize > Int(msize) && !state.loggedOversize {
       state.loggedOversize = true
       logger.notice(

@@ -103,7 +103,9 @@ struct MountCommand: ParsableCommand {
       or a board's name: ble:NAME or ble:BDADDR (Bluetooth LE, 9PIS) or mdns:NAME (LAN), \
       looked up in the cache of `mount9bbs scan`, else found by a short scan. The Plan 9 \
       forms with ! (tcp!HOST!PORT and so on) work too, quoted: bash expands an unquoted !. 9bbsd \
-      listens on port 5640; 564 is 9P's standard port.
+      listens on port 5640; 564 is 9P's standard port. Several transports of one BBS, \
+      comma-separated (ADDR1,ADDR2), are tried in order: the mount fails over when the one in \
+      use dies and goes back to an earlier one when it answers again.
 
       Options (-o, comma-separated, repeatable):
         uname=NAME            9P user name (default: your login name)
@@ -221,19 +223,25 @@ struct MountCommand: ParsableCommand {
       Detacher.spawnAndWait(arguments: Mount9BBSMain.arguments + handOver))
   }
 
-  /// The addresses to dial for ADDRESS: a dial string's one address, or those a board name
-  /// resolves to (handed over in `--resolved`, else from the cache or a short scan).
+  /// The addresses to dial for ADDRESS, most preferred first: `ADDR1,ADDR2,…` lists
+  /// several transports of one BBS; each is a dial string or a board name, which resolves to
+  /// its addresses (handed over in `--resolved`, else from the cache or a short scan).
   private func resolveAddress(_ text: String, debug: Bool) throws -> [TransportAddress] {
-    guard let reference = try BoardReference(parsing: text) else {
-      return [try TransportAddress(parsing: text)]
-    }
     if !resolved.isEmpty {
       return try resolved.map { try TransportAddress(parsing: $0) }
     }
-    var logger = Logger(label: "mount9bbs") { StreamLogHandler.standardError(label: $0) }
-    logger.logLevel = debug ? .trace : .notice
-    let resolution = try BoardResolver(logger: logger).resolve(reference)
-    return resolution.addresses
+    var addresses: [TransportAddress] = []
+    for item in text.split(separator: ",").map(String.init) {
+      guard let reference = try BoardReference(parsing: item) else {
+        addresses.append(try TransportAddress(parsing: item))
+        continue
+      }
+      var logger = Logger(label: "mount9bbs") { StreamLogHandler.standardError(label: $0) }
+      logger.logLevel = debug ? .trace : .notice
+      addresses += try BoardResolver(logger: logger).resolve(reference).addresses
+    }
+    guard !addresses.isEmpty else { throw ValidationError("Missing ADDRESS.") }
+    return addresses
   }
 }
 

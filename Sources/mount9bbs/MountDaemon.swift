@@ -14,8 +14,9 @@ struct MountDaemon {
   let options: ParsedOptions
   let debug: Bool
   let readyFD: Int32?
-  /// Addresses tried in turn when `address` refuses the connection (a named board's other
-  /// PSMs).
+  /// The board's other transports, in order of preference after `address` (`ADDR1,ADDR2`,
+  /// or a named board's other PSMs): tried in turn at start, failed over to when the link in
+  /// use dies; the pool goes back to a more preferred one when it answers again.
   var fallbacks: [TransportAddress] = []
 
   /// Whether the mount was reported ready (or failed) to the front process: exactly one
@@ -71,13 +72,18 @@ struct MountDaemon {
     }
     defer { local?.stop() }
 
-    let profile = options.profile ?? ServerProfile.default(for: target)
+    let candidates = [target] + (address == nil ? [] : fallbacks)
+    // One profile for every transport: a device's rules are safe over a gateway too, the
+    // reverse is not.
+    let profile =
+      options.profile
+      ?? (candidates.contains { ServerProfile.default(for: $0) == .device } ? .device : .multiplex)
     var configuration = SessionConfiguration(
       profile: profile, uname: options.uname, aname: options.aname, requestedMsize: options.msize,
       requestTimeout: options.timeout)
     // Not for the built-in BBS, which does not authenticate.
     if address != nil { configuration.authentication = try options.authentication() }
-    let pool = try connect([target] + (address == nil ? [] : fallbacks), configuration, logger)
+    let pool = try connect(candidates, configuration, logger)
     // Fids go back to the server: a board that does not clunk on disconnect would keep them.
     defer { pool.close(tidyingWithin: .seconds(1)) }
     let primary = pool.primary
@@ -177,34 +183,28 @@ struct MountDaemon {
     logger.info("unmounted \(mountpoint)")
   }
 
-  /// Starts a pool on the first candidate that accepts the connection.
+  /// Starts a pool on the first candidate that answers (the pool tries them in order).
   private func connect(
     _ candidates: [TransportAddress], _ configuration: SessionConfiguration, _ logger: Logger
   ) throws(MountError) -> Pool {
-    var index = 0
-    while true {
-      let candidate = candidates[index]
-      var policy = ReconnectPolicy()
-      policy.enabled = options.reconnect
-      policy.keepaliveInterval = options.keepalive
-      policy.keepaliveMisses = options.keepaliveMisses
-      // A board parks 4 reads per session: following more than 4 rooms takes a second stream
-      // session (dialled only then) rather than parking on the primary, where each read
-      // would hold `ls` and posts back for the park grace.
-      let sessions = options.sessions ?? (configuration.profile == .device ? 3 : 2)
-      let pool = Pool(
-        address: candidate, configuration: configuration, maxSessions: sessions,
-        policy: policy, logger: logger)
-      do {
-        try pool.start()
-        return pool
-      } catch .transport(.connectFailed(_, let reason)) where index + 1 < candidates.count {
-        logger.notice("\(candidate): \(reason); trying \(candidates[index + 1])")
-        index += 1
-      } catch {
-        throw .connect(
-          address: candidate.description, error, identity: configuration.authentication?.identity)
-      }
+    var policy = ReconnectPolicy()
+    policy.enabled = options.reconnect
+    policy.keepaliveInterval = options.keepalive
+    policy.keepaliveMisses = options.keepaliveMisses
+    // A board parks 4 reads per session: following more than 4 rooms takes a second stream
+    // session (dialled only then) rather than parking on the primary, where each read
+    // would hold `ls` and posts back for the park grace.
+    let sessions = options.sessions ?? (configuration.profile == .device ? 3 : 2)
+    let pool = Pool(
+      addresses: candidates, configuration: configuration, maxSessions: sessions,
+      policy: policy, logger: logger)
+    do {
+      try pool.start()
+      return pool
+    } catch {
+      // The preferred transport's error: the one the user most likely wants to hear about.
+      throw .connect(
+        address: candidates[0].description, error, identity: configuration.authentication?.identity)
     }
   }
 

@@ -107,6 +107,11 @@ struct StatusCommand: ParsableCommand {
     text += "link: \(safe(report.link.state)) for \(since) s"
     if let reason = report.link.reason { text += " (\(safe(reason)))" }
     text += ", \(report.link.reconnects) reconnect(s)\n"
+    if let transport = report.link.transport, let all = report.link.transports, all.count > 1 {
+      let rank = (all.firstIndex(of: transport) ?? 0) == 0 ? "preferred" : "fallback"
+      text +=
+        "transport: \(safe(transport)) (\(rank); of \(safe(all.joined(separator: ", "))); \(report.link.switches ?? 0) switch(es))\n"
+    }
     if let outbox = report.outbox { text += "outbox: \(outbox) post(s) waiting\n" }
     for session in report.sessions {
       text += String(

@@ -1,0 +1,352 @@
+import Foundation
+import NinePTransport
+import TestSupport
+import XCTest
+
+/// A server that freezes (SIGSTOP) and a BBS reached over two transports: the mount notices a
+/// frozen link within two keepalive periods, answers listings and attributes from what it
+/// knows while down, keeps or refuses posts (never accepts and drops one), fails over to the
+/// other transport and comes back to the preferred one, with every chat line shown once.
+/// Real `9bbsd` (two listeners on one board) and `mount9bbs` processes, real mounts, a fault
+/// proxy in front of the preferred listener.
+final class LinkFailoverTests: XCTestCase {
+  var directory = ""
+  var server: ChildProcess?
+  var mounts: [MountProcess] = []
+  var background: [ChildProcess] = []
+
+  override func setUpWithError() throws {
+    directory = try makeTemporaryDirectory("mount9bbs-link")
+  }
+
+  override func tearDown() {
+    // A stopped server must run again to hear SIGTERM.
+    server?.signal(SIGCONT)
+    for child in background { child.stop(grace: 1) }
+    for mount in mounts { mount.stop() }
+    server?.stop()
+    try? FileManager.default.removeItem(atPath: directory)
+  }
+
+  /// Starts 9bbsd with one listener per address, all on one board.
+  func startServer(listening addresses: [String], extra: [String] = []) throws -> ChildProcess {
+    let child = ChildProcess(
+      BuiltProducts.path(of: "9bbsd"),
+      addresses.flatMap { ["--listen", $0] } + [
+        "--rooms", "lobby,tech", "--data", directory + "/data", "--log-level", "debug",
+      ] + extra)
+    try child.start()
+    server = child
+    guard
+      waitUntil(
+        timeout: 15,
+        {
+          child.text.components(separatedBy: "listening on").count > addresses.count
+            || !child.isRunning
+        }), child.isRunning
+    else {
+      throw HarnessError("9bbsd did not start: \(child.text)")
+    }
+    return child
+  }
+
+  func mount(_ address: String, options: [String], name: String = "mnt") throws -> String {
+    let mountpoint = directory + "/" + name
+    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
+    let mount = try MountProcess(
+      address: address, mountpoint: mountpoint, options: options,
+      environment: ["XDG_STATE_HOME": directory + "/state-" + name])
+    mounts.append(mount)
+    return mountpoint
+  }
+
+  func startBackground(_ command: String) throws -> ChildProcess {
+    let child = ChildProcess("/bin/sh", ["-c", command])
+    try child.start()
+    background.append(child)
+    return child
+  }
+
+  func link(_ mountpoint: String) -> [String: Any]? {
+    guard
+      let result = try? shell(
+        "\(BuiltProducts.path(of: "mount9bbs")) status --json \(mountpoint)", timeout: 10),
+      result.status == 0, let data = result.output.data(using: .utf8),
+      let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+    else { return nil }
+    return object["link"] as? [String: Any]
+  }
+
+  func outbox(_ mountpoint: String) -> Int? {
+    guard
+      let result = try? shell(
+        "\(BuiltProducts.path(of: "mount9bbs")) status --json \(mountpoint)", timeout: 10),
+      let data = result.output.data(using: .utf8),
+      let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+    else { return nil }
+    return object["outbox"] as? Int
+  }
+
+  /// How many lines of `text` end with exactly `line`.
+  func count(_ line: String, in text: String) -> Int {
+    text.split(separator: "\n").filter { $0.hasSuffix(": " + line) }.count
+  }
+
+  var logs: String {
+    "--- 9bbsd:\n\(server?.text ?? "")\n--- mounts:\n"
+      + mounts.map(\.child.text).joined(separator: "\n---\n")
+  }
+
+  // MARK: - A frozen server
+
+  /// `keepalive=2,timeout=5` and the server stopped with SIGSTOP: status says "down" within
+  /// two keepalive periods; `ls` and `stat` of what the mount has seen answer at once; a post
+  /// made while frozen is kept in the outbox (write succeeds) and arrives once the server
+  /// runs again, shown once.
+  func testFrozenServerIsDownWithinTwoKeepalivesAndServesFromCache() throws {
+    let socket = directory + "/9bbs.sock"
+    let server = try startServer(listening: ["unix!" + socket])
+    let mnt = try mount("unix!" + socket, options: ["keepalive=2", "timeout=5"])
+    let reader = try startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
+    XCTAssertTrue(try sh("ls \(mnt)/etc").contains("motd"))
+    XCTAssertTrue(try sh("ls \(mnt)/chat").contains("lobby"))
+    try sh("stat \(mnt)/etc/motd")
+    try sh("echo 'before the freeze' > \(mnt)/chat/post")
+    XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("before the freeze") }, logs)
+
+    server.signal(SIGSTOP)
+    let frozen = Date()
+    // Posted at once, while the link still looks up: kept, never dropped.
+    let during = try startBackground(
+      "/bin/echo 'frozen one' > \(mnt)/chat/post; echo status=$?")
+    // So is a listing asked for before the freeze is noticed: it waits for that, no longer.
+    let listing = try startBackground("ls \(mnt)/etc; echo status=$?")
+    XCTAssertTrue(
+      waitUntil(timeout: 15, interval: 0.1) { self.link(mnt)?["state"] as? String == "down" },
+      "a frozen server was not noticed: \(logs)")
+    let noticed = Date().timeIntervalSince(frozen)
+    // Two keepalive periods, plus a little for a loaded machine and the status round trip.
+    XCTAssertLessThan(noticed, 5.5, "the freeze took \(noticed) s to notice")
+
+    // Down: what the mount has seen answers at once.
+    for command in ["ls \(mnt)/etc", "ls \(mnt)/chat", "stat \(mnt)/etc/motd", "ls -l \(mnt)"] {
+      let started = Date()
+      let result = try shell(command, timeout: 20)
+      XCTAssertEqual(result.status, 0, "`\(command)` while down: \(result.output)\n\(logs)")
+      XCTAssertLessThan(Date().timeIntervalSince(started), 2, "`\(command)` waited")
+    }
+    XCTAssertTrue(try shell("ls \(mnt)/etc").output.contains("motd"))
+    XCTAssertTrue(listing.wait(timeout: 20), "an ls made as the server froze hung")
+    XCTAssertTrue(
+      listing.text.contains("motd") && listing.text.contains("status=0"),
+      "an ls made as the server froze failed: \(listing.text)")
+
+    // A post while down goes to the outbox; so did the one made as the server froze.
+    let offline = try shell("/bin/echo 'frozen two' > \(mnt)/chat/post", timeout: 20)
+    XCTAssertEqual(offline.status, 0, offline.output)
+    XCTAssertTrue(during.wait(timeout: 20), "the post made as the server froze hung")
+    XCTAssertTrue(during.text.contains("status=0"), "that post failed: \(during.text)")
+    XCTAssertGreaterThanOrEqual(outbox(mnt) ?? 0, 1)
+
+    server.signal(SIGCONT)
+    XCTAssertTrue(
+      waitUntil(timeout: 30, interval: 0.1) { self.link(mnt)?["state"] as? String == "up" }, logs)
+    XCTAssertTrue(
+      waitUntil(timeout: 30) {
+        reader.text.contains("frozen one") && reader.text.contains("frozen two")
+      }, "posts lost: \(reader.text)\n\(logs)")
+    XCTAssertTrue(waitUntil(timeout: 10) { self.outbox(mnt) == 0 })
+    // A moment more, so a late duplicate would show.
+    Thread.sleep(forTimeInterval: 1)
+    for line in ["before the freeze", "frozen one", "frozen two"] {
+      XCTAssertEqual(count(line, in: reader.text), 1, "\(line) shown other than once")
+    }
+    XCTAssertTrue(reader.isRunning)
+  }
+
+  // MARK: - Several transports for one BBS
+
+  /// One board, two listeners; the mount is given the proxied one first (`unix!P,unix!B`).
+  /// While a writer posts steadily through the mount: the preferred link is cut and refused
+  /// (out of range) and the mount fails over; it comes back and the mount returns to it; it
+  /// stalls (keepalives unanswered) and the mount fails over again, and returns. `status`
+  /// names the transport in use throughout; the mount's reader and a second user's reader
+  /// on the other listener see every post exactly once, in order.
+  func testFailsOverToTheOtherTransportAndComesBack() throws {
+    let preferredListener = directory + "/a.sock"
+    let other = "unix!" + directory + "/b.sock"
+    _ = try startServer(listening: ["unix!" + preferredListener, other])
+    let proxy = try FaultProxy(
+      listen: .unix(path: directory + "/proxy.sock"), server: .unix(path: preferredListener))
+    defer { proxy.stop() }
+    let preferred = "unix!" + directory + "/proxy.sock"
+    let mnt = try mount(preferred + "," + other, options: ["keepalive=1", "timeout=10"])
+    // A second user straight on the other listener: what the board itself got.
+    let audit = try mount(other, options: ["uname=auditor"], name: "audit")
+    func transport() -> String? { link(mnt)?["transport"] as? String }
+    XCTAssertEqual(transport(), preferred)
+    XCTAssertEqual(link(mnt)?["transports"] as? [String], [preferred, other])
+    XCTAssertTrue(
+      try sh("\(BuiltProducts.path(of: "mount9bbs")) status \(mnt)").contains(
+        "transport: \(preferred) (preferred"))
+
+    let reader = try startBackground(
+      "exec tail -f -s 0.2 \(mnt)/chat/lobby 2>\(directory)/reader.err")
+    let auditor = try startBackground("exec tail -f -s 0.2 \(audit)/chat/lobby")
+    try sh("echo 'start' > \(mnt)/chat/post")
+    XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("start") }, logs)
+    let posts = 120
+    let writer = try startBackground(
+      "for n in $(seq \(posts)); do echo \"p $n\" > \(mnt)/chat/post || echo FAIL $n >&2; sleep 0.05; done"
+    )
+
+    // Out of range: cut, and refused while it lasts.
+    XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("p 10\n") }, logs)
+    proxy.setRefusing(true)
+    proxy.cut()
+    XCTAssertTrue(
+      waitUntil(timeout: 20, interval: 0.1) { transport() == other },
+      "no failover after a cut: \(String(describing: self.link(mnt)))\n\(logs)")
+    // Back in range: the mount returns to the preferred transport by itself.
+    XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("p 40\n") }, logs)
+    proxy.setRefusing(false)
+    XCTAssertTrue(
+      waitUntil(timeout: 20, interval: 0.1) { transport() == preferred },
+      "did not return to the preferred transport: \(String(describing: self.link(mnt)))\n\(logs)"
+    )
+    // A stall: connected, but nothing comes back.
+    XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("p 70\n") }, logs)
+    proxy.setStalled(true)
+    XCTAssertTrue(
+      waitUntil(timeout: 20, interval: 0.1) { transport() == other },
+      "no failover after a stall: \(String(describing: self.link(mnt)))\n\(logs)")
+    XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("p 90\n") }, logs)
+    proxy.setStalled(false)
+    XCTAssertTrue(
+      waitUntil(timeout: 30, interval: 0.1) { transport() == preferred },
+      "did not return after the stall: \(String(describing: self.link(mnt)))\n\(logs)")
+
+    XCTAssertTrue(writer.wait(timeout: 120), "the writer hung")
+    XCTAssertFalse(writer.text.contains("FAIL"), "posts refused: \(writer.text)")
+    let expected = (1...posts).map { "p \($0)" }
+    for (name, child) in [("the mount's reader", reader), ("the auditor", auditor)] {
+      XCTAssertTrue(
+        waitUntil(timeout: 60) { child.text.contains("p \(posts)\n") },
+        "\(name) did not get everything: \(child.text.suffix(400))\n\(logs)")
+    }
+    // A moment more, so that a late duplicate would show.
+    Thread.sleep(forTimeInterval: 1.5)
+    XCTAssertEqual(
+      chatTexts(reader.text).filter { $0.hasPrefix("p ") }, expected,
+      "the mount's reader lost, repeated or reordered lines")
+    // The board itself: every post, in order. A post on the wire when a link died is sent
+    // again (at least once), so the board may hold it twice; the mount's reader drops that.
+    let board = chatTexts(auditor.text).filter { $0.hasPrefix("p ") }
+    var firsts: [String] = []
+    for text in board where !firsts.contains(text) { firsts.append(text) }
+    XCTAssertEqual(firsts, expected, "posts lost or reordered on the board")
+    print(
+      "link-failover: \(posts) posts sent, \(Set(expected).subtracting(board).count) lost, "
+        + "\(board.count - firsts.count) duplicated on the board "
+        + "\(Dictionary(grouping: board, by: { $0 }).filter { $0.value.count > 1 }.keys.sorted())")
+    XCTAssertGreaterThanOrEqual(link(mnt)?["switches"] as? Int ?? 0, 4)
+    XCTAssertEqual(link(mnt)?["state"] as? String, "up")
+    XCTAssertEqual(
+      (try? String(contentsOfFile: directory + "/reader.err", encoding: .utf8)) ?? "", "")
+    XCTAssertTrue(reader.isRunning)
+  }
+
+  /// `outbox=off` and a frozen server: a post made then is refused with ENOTCONN once the
+  /// freeze is noticed (within two keepalive periods), not accepted; after the server runs
+  /// again, posting works.
+  func testFrozenServerRefusesPostsWithoutOutbox() throws {
+    let socket = directory + "/9bbs.sock"
+    let server = try startServer(listening: ["unix!" + socket])
+    let mnt = try mount("unix!" + socket, options: ["keepalive=2", "timeout=5", "outbox=off"])
+    try sh("echo 'before the freeze' > \(mnt)/chat/post")
+    server.signal(SIGSTOP)
+    let frozen = Date()
+    // coreutils echo names the errno.
+    let refused = try shell("/bin/echo 'refused' > \(mnt)/chat/post", timeout: 30)
+    XCTAssertNotEqual(refused.status, 0, "a post was accepted with no outbox and no link")
+    XCTAssertTrue(refused.output.contains("not connected"), refused.output)
+    XCTAssertLessThan(Date().timeIntervalSince(frozen), 6, "the refusal took too long")
+    XCTAssertEqual(link(mnt)?["state"] as? String, "down")
+    let later = try shell("/bin/echo 'still down' > \(mnt)/chat/post", timeout: 30)
+    XCTAssertTrue(later.output.contains("not connected"), later.output)
+
+    server.signal(SIGCONT)
+    XCTAssertTrue(
+      waitUntil(timeout: 30, interval: 0.1) { self.link(mnt)?["state"] as? String == "up" }, logs)
+    try sh("echo 'after the thaw' > \(mnt)/chat/post")
+    let reader = try startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
+    XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("after the thaw") }, logs)
+    XCTAssertEqual(count("still down", in: reader.text), 0, "a refused post was sent")
+  }
+
+  /// Frozen before the mount ever listed chat/: `echo > chat/post` still goes to the outbox
+  /// (the post file is known by its path) instead of failing, and arrives after the thaw.
+  func testPostBeforeTheChatDirectoryWasListedGoesToTheOutbox() throws {
+    let socket = directory + "/9bbs.sock"
+    let server = try startServer(listening: ["unix!" + socket])
+    let mnt = try mount("unix!" + socket, options: ["keepalive=1", "timeout=3"])
+    server.signal(SIGSTOP)
+    XCTAssertTrue(
+      waitUntil(timeout: 15, interval: 0.1) { self.link(mnt)?["state"] as? String == "down" }, logs)
+    let result = try shell("/bin/echo 'unlisted' > \(mnt)/chat/post", timeout: 30)
+    XCTAssertEqual(result.status, 0, "\(result.output)\n\(logs)")
+    XCTAssertEqual(outbox(mnt), 1)
+    server.signal(SIGCONT)
+    let reader = try startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
+    XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("unlisted") }, logs)
+    XCTAssertTrue(waitUntil(timeout: 10) { self.outbox(mnt) == 0 })
+  }
+
+  /// The seed's case: a board's L2CAP channel (seqpacket with the device profile, behind the
+  /// fault proxy) and a TCP gateway of the same board. The mount uses the device rules on both;
+  /// the channel goes out of range and comes back while posts flow: none lost, each shown
+  /// once, and the board never had to drop a session for a broken wire rule.
+  func testDeviceChannelAndTCPGatewayOfOneBoard() throws {
+    let channel = directory + "/channel.sock"
+    let gateway = "tcp!127.0.0.1!\(try ServerProcess.freePort())"
+    let server = try startServer(
+      listening: ["seqpacket!" + channel, gateway],
+      extra: ["--profile", "device", "--processing-delay", "2"])
+    let proxy = try FaultProxy(
+      listen: .seqpacket(path: directory + "/proxy.sock", sduLimit: 245),
+      server: .seqpacket(path: channel, sduLimit: 245))
+    defer { proxy.stop() }
+    let preferred = "seqpacket!" + directory + "/proxy.sock"
+    let mnt = try mount(preferred + "," + gateway, options: ["keepalive=1", "timeout=10"])
+    func transport() -> String? { link(mnt)?["transport"] as? String }
+    XCTAssertTrue(
+      try sh("\(BuiltProducts.path(of: "mount9bbs")) status \(mnt)").contains("(device profile"))
+    let reader = try startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
+    try sh("echo 'start' > \(mnt)/chat/post")
+    XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("start") }, logs)
+    let posts = 60
+    let writer = try startBackground(
+      "for n in $(seq \(posts)); do echo \"d $n\" > \(mnt)/chat/post || echo FAIL $n >&2; sleep 0.05; done"
+    )
+    XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("d 10\n") }, logs)
+    proxy.setRefusing(true)
+    XCTAssertTrue(
+      waitUntil(timeout: 20, interval: 0.1) { transport() != preferred },
+      "no failover: \(String(describing: self.link(mnt)))\n\(logs)")
+    XCTAssertTrue(transport()?.hasPrefix("tcp!") == true)
+    XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("d 30\n") }, logs)
+    proxy.setRefusing(false)
+    XCTAssertTrue(
+      waitUntil(timeout: 30, interval: 0.1) { transport() == preferred },
+      "did not return to the channel: \(String(describing: self.link(mnt)))\n\(logs)")
+    XCTAssertTrue(writer.wait(timeout: 120), "the writer hung")
+    XCTAssertFalse(writer.text.contains("FAIL"), "posts refused: \(writer.text)")
+    XCTAssertTrue(waitUntil(timeout: 60) { reader.text.contains("d \(posts)\n") }, logs)
+    Thread.sleep(forTimeInterval: 1)  // so that a late duplicate would show
+    XCTAssertEqual(
+      chatTexts(reader.text).filter { $0.hasPrefix("d ") }, (1...posts).map { "d \($0)" },
+      "lines lost, repeated or reordered")
+    let violations = server.text.split(separator: "\n").filter { $0.contains("disconnecting") }
+    XCTAssertEqual(violations, [], "the board dropped a session: \(logs)")
+  }
+}
