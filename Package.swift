@@ -1,4 +1,5 @@
 // swift-tools-version:6.1
+import Foundation
 import PackageDescription
 
 let package = Package(
@@ -15,6 +16,7 @@ let package = Package(
     .library(name: "FuseKit", targets: ["FuseKit"]),
     .library(name: "BBSMount", targets: ["BBSMount"]),
     .library(name: "BBSDiscovery", targets: ["BBSDiscovery"]),
+    .library(name: "BBSIdentity", targets: ["BBSIdentity"]),
   ],
   dependencies: [
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -22,6 +24,7 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
     .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
     .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+    .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
   ],
   targets: [
     // System libraries.
@@ -53,11 +56,17 @@ let package = Package(
         .product(name: "DequeModule", package: "swift-collections"),
       ]),
 
+    // Who you are: Ed25519 / P-256 keys (our files, OpenSSH's, ssh-agent's), identities and
+    // the Tauth challenge response, signed and verified.
+    .target(
+      name: "BBSIdentity",
+      dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
+
     // The reference 9BBS server, with its device-emulation profile.
     .target(
       name: "BBSServer",
       dependencies: [
-        "NinePProtocol", "NinePTransport",
+        "NinePProtocol", "NinePTransport", "BBSIdentity",
         .product(name: "Logging", package: "swift-log"),
         .product(name: "DequeModule", package: "swift-collections"),
         .product(name: "GRDB", package: "GRDB.swift"),
@@ -92,7 +101,8 @@ let package = Package(
       name: "Mount9BBSCommand",
       dependencies: [
         "BBSMount", "FuseKit", "BBSServer", "NinePClient", "NinePTransport", "BBSDiscovery",
-        "CSdBus", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        "BBSIdentity", "CSdBus",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ],
       path: "Sources/mount9bbs"),
@@ -121,10 +131,13 @@ let package = Package(
     .testTarget(name: "NinePTransportTests", dependencies: ["NinePTransport"]),
     .testTarget(
       name: "NinePClientTests",
-      dependencies: ["NinePClient", "NinePProtocol", "NinePTransport", "BBSServer", "TestSupport"]),
+      dependencies: [
+        "NinePClient", "NinePProtocol", "NinePTransport", "BBSServer", "BBSIdentity", "TestSupport",
+      ]),
     .testTarget(
       name: "BBSServerTests",
-      dependencies: ["BBSServer", "NinePProtocol", "NinePTransport", "TestSupport"]),
+      dependencies: ["BBSServer", "BBSIdentity", "NinePProtocol", "NinePTransport", "TestSupport"]),
+    .testTarget(name: "BBSIdentityTests", dependencies: ["BBSIdentity", "TestSupport"]),
     .testTarget(
       name: "LinkEmulationTests", dependencies: ["LinkEmulation", "NinePTransport", "TestSupport"]),
     .testTarget(
@@ -138,3 +151,16 @@ let package = Package(
   ],
   swiftLanguageModes: [.v6]
 )
+
+// The listing fuzz target (fuzz/run-listing), only when asked for: it is built with the fuzzer
+// sanitizer and linked by that script, never by an ordinary build.
+if ProcessInfo.processInfo.environment["MOUNT9BBS_FUZZ"] != nil {
+  package.targets.append(
+    .target(
+      name: "FuzzListing",
+      dependencies: [
+        "BBSMount", "FuseKit", "NinePClient", "NinePProtocol", "NinePTransport",
+        .product(name: "Logging", package: "swift-log"),
+      ],
+      path: "fuzz/FuzzListing"))
+}

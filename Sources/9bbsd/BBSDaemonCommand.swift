@@ -25,6 +25,12 @@ struct BBSDaemonCommand: ParsableCommand {
       string per operation ("read failed", …), Rversion tagged NOTAG, requests served one \
       at a time in order, and fids left open at disconnect counted and logged. Without \
       --listen or --stdio it listens on \(BBSServerConfiguration.defaultListen).
+
+      With --auth optional or required, clients prove who they are with Tauth, as on a \
+      current board: an Ed25519 or P-256 key whose identity is the hex of SHA-256(public \
+      key)[:20] (mount9bbs keygen prints it). Chat lines show an identity by its nickname \
+      (--nickname) or its first 8 characters, read cursors follow the identity, and an attach \
+      without authentication is a guest (refused with --auth required).
       """,
     version: ProductVersion.current)
 
@@ -74,6 +80,27 @@ struct BBSDaemonCommand: ParsableCommand {
   @Option(help: "Largest msize granted (the device and gen1 profiles cap it at 8192).")
   var maxMsize: Int?
 
+  @Option(
+    help: ArgumentHelp(
+      """
+      off (the attach's uname is the user, unverified), optional (a verified identity, else \
+      a guest) or required (no guests).
+      """, valueName: "off|optional|required"))
+  var auth = "off"
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      An identity allowed to write /etc (repeatable; needs --auth). Without any, the first \
+      user to attach is the sysop, as on a device.
+      """, valueName: "IDENTITY"))
+  var sysop: [String] = []
+
+  @Option(
+    help: ArgumentHelp(
+      "The name chat shows for an identity (repeatable).", valueName: "IDENTITY=NAME"))
+  var nickname: [String] = []
+
   @Option(help: "trace, debug, info, notice, warning, error or critical.")
   var logLevel = "info"
 
@@ -98,6 +125,15 @@ struct BBSDaemonCommand: ParsableCommand {
       throw ValidationError("--max-connections must be at least 1")
     }
     if files == nil && filesRw { throw ValidationError("--files-rw needs --files DIR") }
+    guard AuthPolicy(rawValue: auth) != nil else {
+      throw ValidationError("--auth must be 'off', 'optional' or 'required'")
+    }
+    for entry in nickname {
+      let parts = entry.split(separator: "=", maxSplits: 1)
+      guard parts.count == 2, !parts[1].isEmpty else {
+        throw ValidationError("--nickname needs IDENTITY=NAME, not '\(entry)'")
+      }
+    }
     if let advertise, advertise.isEmpty || advertise.utf8.count > 63 {
       throw ValidationError("--advertise needs a name of 1 to 63 bytes")
     }
@@ -121,12 +157,18 @@ struct BBSDaemonCommand: ParsableCommand {
       .filter { !$0.isEmpty }
     let listenAddresses =
       listen.isEmpty && !stdio ? [BBSServerConfiguration.defaultListen] : listen
-    let configuration = BBSServerConfiguration(
+    var configuration = BBSServerConfiguration(
       listen: listenAddresses, profile: BBSProfile(rawValue: profile) ?? .standard,
       rooms: roomList, boardName: boardName, motd: motd, filesDirectory: files,
       filesWritable: filesRw, dataDirectory: data, maxMessageSize: maxMsize, sduLimit: sdu,
       processingDelay: .milliseconds(processingDelay),
       connectionLimit: maxConnections.map { .backlog($0) })
+    configuration.auth = AuthPolicy(rawValue: auth) ?? .off
+    configuration.sysops = Set(sysop.map { $0.lowercased() })
+    for entry in nickname {
+      let parts = entry.split(separator: "=", maxSplits: 1).map(String.init)
+      configuration.nicknames[parts[0].lowercased()] = parts[1]
+    }
 
     let server: BBSServer
     let bound: [String]

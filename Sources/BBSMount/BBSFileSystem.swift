@@ -6,6 +6,10 @@
 //   and replies. None blocks: 9P requests go through the callback API of NinePClient and are
 //   answered from the completion, on the session's reader thread, or the request is parked
 //   (reads at the end of a room, a room's open, a follow-loop fstat).
+// - Every operation that waits on the server answers an interrupt (the caller's Ctrl-C) with
+//   EINTR at once, whatever the server does (see `answersInterrupts`); the 9P work runs on
+//   to its end, so fids stay consistent, and what it made for a reply that was dropped (an
+//   open handle) is released.
 // - Tree/: InodeTable numbers nodes by path; ListingCache answers lookups and attributes from
 //   the parent's listing; NodeKind decides behaviour by path (rooms, post, users);
 //   NodeAttributes builds what the kernel is told; HandleTable holds the open handles, each
@@ -69,7 +73,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     let listings = ListingCache(
       lifetime: options.listingLifetime,
       keptDirectories: pool.configuration.profile == .device ? 4 : 16, sessions: sessions,
-      linkIsUp: { [pool] in pool.linkState == .up })
+      linkIsUp: { [pool] in pool.linkState == .up }, logger: logger)
     self.listings = listings
     feeds = RoomFeeds(pool: pool, historyDirectory: historyDirectory, logger: logger) {
       [handles] feed in
@@ -145,6 +149,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
 
   public func lookup(_ request: FuseRequest, parent: FuseInode, name: String) {
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
+    answersInterrupts(request)
     tree.lookup(directory.path, name) { [self] found in
       switch found {
       case .success(let node): request.replyEntry(nodes.entry(for: node))
@@ -168,6 +173,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       request.replyAttr(nodes.attributes(for: node), timeout: nodes.timeout(for: node))
       return
     }
+    answersInterrupts(request)
     tree.refresh(node) { [self] result in
       switch result {
       case .success(let fresh):
@@ -226,6 +232,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   public func opendir(_ request: FuseRequest, inode: FuseInode, file: FuseFileInfo) {
     guard let node = inodes.node(inode) else { return reply(request, ENOENT) }
     // A fresh listing for each `ls`; lookups in between use it.
+    answersInterrupts(request)
     tree.entries(of: node) { [self] listed in
       switch listed {
       case .failure(let error):
@@ -233,7 +240,8 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       case .success(let entries):
         var info = file
         info.handle = handles.store(DirectoryHandle(entries))
-        request.replyOpen(info)
+        // Interrupted meanwhile: nobody will release this handle.
+        if !request.replyOpen(info) { handles.remove(info.handle) }
       }
     }
   }
@@ -262,6 +270,11 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     while index < entries.count, buffer.add(entries[index], nextOffset: Int64(index + 1)) {
       index += 1
     }
+    if index < entries.count && buffer.count == 0 {
+      // Not even one entry fits: an empty reply would end the listing early, silently.
+      logger.warning("readdir buffer of \(size) bytes holds no entry; answering EINVAL")
+      return reply(request, EINVAL)
+    }
     request.replyDirectory(buffer)
   }
 
@@ -273,6 +286,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   public func mkdir(_ request: FuseRequest, parent: FuseInode, name: String, mode: mode_t) {
     guard !options.readOnly else { return reply(request, EROFS) }
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
+    answersInterrupts(request)
     remote.makeDirectory(in: directory.path, name: name, permissions: UInt32(mode)) {
       [self] made in
       listings.invalidate(directory.path)
@@ -297,6 +311,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   private func removeEntry(_ request: FuseRequest, parent: FuseInode, name: String) {
     guard !options.readOnly else { return reply(request, EROFS) }
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
+    answersInterrupts(request)
     remote.remove(directory.path + [name]) { [self] result in
       listings.invalidate(directory.path)
       listings.forgetSubtree(directory.path + [name])
@@ -313,6 +328,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     guard parent == newParent else { return reply(request, EXDEV) }
     guard flags.isEmpty else { return reply(request, EINVAL) }
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
+    answersInterrupts(request)
     remote.rename(in: directory.path, name, to: newName) { [self] result in
       listings.invalidate(directory.path)
       listings.forgetSubtree(directory.path + [name])
@@ -364,17 +380,19 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
         info: info, handles: handles)
     case .users:
       // The users list ignores the offset: read it once, so `cat` ends.
+      answersInterrupts(request)
       remote.readOnce(node.path) { [self, info] result in
         switch result {
         case .success(let data):
           var info = info
           info.handle = handles.store(SnapshotHandle(data))
-          request.replyOpen(info)
+          if !request.replyOpen(info) { handles.remove(info.handle) }
         case .failure(let error):
           request.replyError(error.errno)
         }
       }
     case .file:
+      answersInterrupts(request)
       FileHandle.open(request, node: node, info: info, tree: tree, remote: remote, handles: handles)
     }
   }
@@ -403,6 +421,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       request.replyCreate(entry, info)
       return
     }
+    answersInterrupts(request)
     FileHandle.create(
       request, in: directory.path, name: name, permissions: UInt32(mode), info: info, tree: tree,
       remote: remote, handles: handles)
@@ -451,6 +470,14 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     PostHandle(room: room, chatDirectory: chatDirectory, channel: posts) { [tree] in
       tree.knownRooms($0, $1)
     }
+  }
+
+  /// Lets an interrupt (the caller's signal) answer `request` with EINTR at once, however
+  /// long the server takes. The work goes on to its end and its own reply is then dropped
+  /// (a request is answered once): a walk still clunks what it made. Call it before the
+  /// request is handed to anything that may reply.
+  func answersInterrupts(_ request: FuseRequest) {
+    request.onInterrupt { $0.replyError(EINTR) }
   }
 
   private func reply(_ request: FuseRequest, _ code: Int32) {

@@ -30,6 +30,8 @@ public struct StatusReport: Codable, Sendable {
     public var messagesOut: UInt64
     public var bytesIn: UInt64
     public var bytesOut: UInt64
+    /// Whether the server verified the identity for this session (Tauth).
+    public var authenticated: Bool?
   }
 
   public struct Room: Codable, Sendable {
@@ -44,6 +46,10 @@ public struct StatusReport: Codable, Sendable {
   public var address: String
   public var profile: String
   public var uname: String
+  /// The identity the mount proves (its key's), if it has a key.
+  public var identity: String?
+  /// `auto` or `required` with a key; nil without one.
+  public var auth: String?
   public var pid: Int32
   public var link: Link
   public var sessions: [SessionStatus]
@@ -72,7 +78,8 @@ extension BBSFileSystem {
         requestsInFlight: stats.requestsInFlight, requestsQueued: stats.requestsQueued,
         parkedReads: stats.parkedReads, roundTripMilliseconds: stats.roundTrip.timeInterval * 1000,
         messagesIn: stats.messagesReceived, messagesOut: stats.messagesSent,
-        bytesIn: stats.bytesReceived, bytesOut: stats.bytesSent)
+        bytesIn: stats.bytesReceived, bytesOut: stats.bytesSent,
+        authenticated: session.authenticatedIdentity != nil)
     }
     let now = Date()
     let rooms = feeds.status.map {
@@ -83,7 +90,8 @@ extension BBSFileSystem {
     return StatusReport(
       mountpoint: mountpoint, address: pool.addresses.map(\.description).joined(separator: ","),
       profile: pool.configuration.profile.rawValue, uname: pool.configuration.uname,
-      pid: getpid(),
+      identity: pool.configuration.authentication?.identity,
+      auth: pool.configuration.authentication?.policy.rawValue, pid: getpid(),
       link: StatusReport.Link(
         state: linkText, since: pool.linkStateSince, reason: reason,
         reconnects: pool.reconnectCount, transport: pool.address.description,

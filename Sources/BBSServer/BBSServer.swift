@@ -6,10 +6,11 @@
 //   Mutex; nothing in it knows 9P.
 // - `Tree` maps the 9BBS namespace (facts §1.2) onto the board and the optional files area:
 //   walks, qids, stats (with the device's QTDIR quirks), listings, reads, writes, creates.
-// - `ServerSession` is one 9P session: msize, fids, parked reads. `process(frame)` runs one
-//   request under the session's lock and returns the reply frames; a parked chat read registers
-//   a waiter with the chat hub, and a later post wakes it on `wakeQueue`, which re-reads under
-//   the same lock and sends the Rread itself.
+// - `ServerSession` is one 9P session: msize, fids, parked reads, and (with `auth`) its Tauth
+//   table (`AuthTable`: challenges, verified identities); each fid belongs to a `BoardUser`.
+//   `process(frame)` runs one request under the session's lock and returns the reply frames; a
+//   parked chat read registers a waiter with the chat hub, and a later post wakes it on
+//   `wakeQueue`, which re-reads under the same lock and sends the Rread itself.
 // - `BBSServer` owns the listeners and connections. Threads: one accept thread per listener,
 //   one reader thread per connection (blocking sockets, no event loop). Default profile: the
 //   reader thread calls `process` and sends the replies, so a parked read never blocks the
@@ -24,6 +25,7 @@
 //   connected, so later clients sit in the kernel's listen backlog (9p4z's TCP transport).
 // - Posting threads never block on a slow client: wake-ups run on `wakeQueue`.
 
+import BBSIdentity
 import Dispatch
 import Foundation
 import Logging
@@ -99,6 +101,7 @@ public final class BBSServer: Sendable {
     guard !configuration.rooms.isEmpty else {
       throw ServerError.badConfiguration("at least one chat room is needed")
     }
+    try Self.checkAuthentication(configuration)
     var defaults: [EtcField: String] = [:]
     defaults[.boardname] = configuration.boardName
     defaults[.motd] = configuration.motd
@@ -106,7 +109,7 @@ public final class BBSServer: Sendable {
       board = try Board(
         configuration: BoardConfiguration(
           chatRooms: configuration.rooms, limits: .forProfile(configuration.profile),
-          etcDefaults: defaults),
+          etcDefaults: defaults, sysops: configuration.sysops),
         store: store, clock: clock, logger: logger)
     } catch {
       throw ServerError.storeFailed("\(error)")
@@ -115,6 +118,25 @@ public final class BBSServer: Sendable {
       try FilesArea(directory: directory, writable: configuration.filesWritable)
     }
     tree = Tree(board: board, files: files, device: configuration.profile.imitatesBoard)
+  }
+
+  /// Refuses authentication settings that cannot work.
+  private static func checkAuthentication(_ configuration: BBSServerConfiguration)
+    throws(ServerError)
+  {
+    if configuration.auth != .off && configuration.profile == .gen1 {
+      throw .badConfiguration(
+        "the gen1 profile has no authentication (its core predates Tauth); use --auth off")
+    }
+    for identity in configuration.sysops.union(configuration.nicknames.keys)
+    where Identity(parsing: identity)?.hex != identity {
+      throw .badConfiguration(
+        "'\(identity)' is not an identity (40 lowercase hex characters, as `mount9bbs keygen` prints)"
+      )
+    }
+    if !configuration.sysops.isEmpty && configuration.auth == .off {
+      throw .badConfiguration("sysops are identities: they need --auth optional or required")
+    }
   }
 
   /// Opens every configured listener and starts accepting. Returns the bound addresses as dial
@@ -139,8 +161,10 @@ public final class BBSServer: Sendable {
       $0.running = true
     }
     for listener in opened {
+      let auth = configuration.auth == .off ? "" : ", auth \(configuration.auth.rawValue)"
       logger.notice(
-        "9bbsd (\(configuration.profile.rawValue) profile) listening on \(listener.boundAddress)")
+        "9bbsd (\(configuration.profile.rawValue) profile\(auth)) listening on \(listener.boundAddress)"
+      )
       spawn(name: "9bbs.accept") { [self] in acceptLoop(listener) }
     }
     return bound

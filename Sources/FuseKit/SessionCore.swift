@@ -30,6 +30,9 @@ final class SessionCore: @unchecked Sendable {
     var nextID: UInt64 = 1
     /// Set once the shutdown sweep ran: late replies are expected, not bugs.
     var swept = false
+    /// Requests recently handed to an interrupt handler: the work they started may still
+    /// answer later, which is expected, not a bug. Bounded (cleared when it grows large).
+    var interrupted: Set<UInt64> = []
   }
 
   let table = Mutex(Table())
@@ -143,14 +146,18 @@ final class SessionCore: @unchecked Sendable {
   ) -> Bool {
     pthread_rwlock_rdlock(gate)
     defer { pthread_rwlock_unlock(gate) }
-    let (claimed, swept) = table.withLock { t -> (Bool, Bool) in
-      guard let e = t.entries[request.key], e.id == request.id else { return (false, t.swept) }
+    let (claimed, swept, interrupted) = table.withLock { t -> (Bool, Bool, Bool) in
+      guard let e = t.entries[request.key], e.id == request.id else {
+        return (false, t.swept, t.interrupted.remove(request.id) != nil)
+      }
       t.entries[request.key] = nil
-      return (true, t.swept)
+      return (true, t.swept, false)
     }
     guard claimed else {
       if swept || session == nil {
         logger.debug("late reply to #\(request.id) after shutdown dropped: \(what())")
+      } else if interrupted {
+        logger.debug("late reply to interrupted #\(request.id) dropped: \(what())")
       } else {
         logger.warning("second reply to #\(request.id) dropped: \(what())")
       }
@@ -210,6 +217,8 @@ final class SessionCore: @unchecked Sendable {
       guard var e = t.entries[key], let handler = e.onInterrupt else { return nil }
       e.onInterrupt = nil
       t.entries[key] = e
+      if t.interrupted.count >= 1024 { t.interrupted.removeAll() }
+      t.interrupted.insert(e.id)
       return (e.id, handler)
     }
     guard let (id, handler) = found else { return }

@@ -27,6 +27,8 @@ public enum NinePError: Error, Sendable, Equatable, CustomStringConvertible {
   case resourceExhausted(String)
   /// The transport failed.
   case transport(TransportError)
+  /// Tauth, or a Tattach that needs it, failed.
+  case authentication(AuthenticationError)
 
   /// The errno a file system should report for this error.
   public var errno: Int32 {
@@ -40,6 +42,7 @@ public enum NinePError: Error, Sendable, Equatable, CustomStringConvertible {
     case .notFound: ENOENT
     case .resourceExhausted: EMFILE
     case .transport: EIO
+    case .authentication: EACCES
     }
   }
 
@@ -56,6 +59,7 @@ public enum NinePError: Error, Sendable, Equatable, CustomStringConvertible {
     case .notFound(let path): "\(path): file not found"
     case .resourceExhausted(let what): "out of \(what)"
     case .transport(let error): error.description
+    case .authentication(let error): error.description
     }
   }
 }

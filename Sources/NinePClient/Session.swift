@@ -63,6 +63,9 @@ public final class Session: @unchecked Sendable {
   public let rootFid: Fid
   /// The qid the server gave the attach point (set once, before `connect` returns).
   public private(set) var rootQid = Qid(path: 0)
+  /// The identity the server verified for this session (Tauth), or nil for one attached
+  /// without authentication (set once, before `connect` returns).
+  public private(set) var authenticatedIdentity: String?
   let logger: Logger
 
   private let condition = NSCondition()
@@ -132,7 +135,8 @@ public final class Session: @unchecked Sendable {
 
   // MARK: - Connecting
 
-  /// Negotiates the version and attaches, then starts the session's threads.
+  /// Negotiates the version, proves the configured identity (Tauth, see ``Authentication``)
+  /// and attaches.
   ///
   /// Blocks the calling thread for at most `handshakeTimeout`, else the configuration's
   /// timeout (or 30 s).
@@ -149,20 +153,82 @@ public final class Session: @unchecked Sendable {
       logger: logger)
     session.state.usedFids.insert(0)
     session.startThreads()
+    let afid: Fid
+    do {
+      afid = try session.authenticate(timeout: timeout)
+    } catch {
+      session.close(reason: "authentication failed: \(error)")
+      throw error
+    }
+    let identity = afid == NineP.noFid ? nil : configuration.authentication?.identity
     let reply = session.sendAndWait(
       .tattach(
-        fid: 0, afid: NineP.noFid, uname: configuration.uname, aname: configuration.aname),
+        fid: 0, afid: afid, uname: identity ?? configuration.uname, aname: configuration.aname),
       timeout: timeout)
     switch reply {
     case .success(.rattach(let qid)):
       session.rootQid = qid
+      session.authenticatedIdentity = identity
+      // The afid has done its work: clunking it frees the server's authentication slot.
+      if afid != NineP.noFid {
+        session.send(.tclunk(fid: afid)) { [session] _ in session.releaseFid(afid) }
+      }
       return session
     case .success(let other):
       session.close(reason: "unexpected attach reply")
       throw .protocolViolation("Tattach answered with \(other.type)")
+    case .failure(.server(let ename, _)) where AuthenticationError.isAttachError(ename):
+      session.close(reason: "attach failed: \(ename)")
+      throw .authentication(AuthenticationError(ename: ename))
     case .failure(let error):
       session.close(reason: "attach failed: \(error)")
       throw error
+    }
+  }
+
+  /// Proves the configured identity (see ``Authentication``) and returns the afid to attach
+  /// with: NOFID when nothing is configured, or when the server does not authenticate and
+  /// the policy allows that. A failure closes the session, which frees the afid at the server.
+  private func authenticate(timeout: Duration) throws(NinePError) -> Fid {
+    guard let authentication = configuration.authentication else { return NineP.noFid }
+    guard authentication.gate.enter(before: Date(timeIntervalSinceNow: timeout.timeInterval))
+    else { throw .authentication(.busy) }
+    defer { authentication.gate.leave() }
+    let afid = try allocateFid()
+    do throws(NinePError) {
+      _ = try authenticationStep(
+        .tauth(afid: afid, uname: authentication.identity, aname: configuration.aname),
+        timeout: timeout)
+    } catch .authentication(let error) where error.meansNoAuthentication {
+      // The server made no afid. With auth=auto, attach as before; the attach says whether
+      // the server wanted authentication after all.
+      guard authentication.policy == .auto else { throw .authentication(error) }
+      releaseFid(afid)
+      return NineP.noFid
+    }
+    let count = UInt32(min(Int(msize) - NineP.readOverhead, 1024))
+    guard
+      case .rread(let challenge) = try authenticationStep(
+        .tread(fid: afid, offset: 0, count: count), timeout: timeout), !challenge.isEmpty
+    else { throw .authentication(.noChallenge) }
+    let response: [UInt8]
+    do {
+      response = try authentication.respond(challenge)
+    } catch {
+      throw .authentication(.signing("\(error)"))
+    }
+    _ = try authenticationStep(.twrite(fid: afid, offset: 0, data: response), timeout: timeout)
+    return afid
+  }
+
+  /// One request of the Tauth exchange; an Rerror is an ``AuthenticationError``.
+  private func authenticationStep(_ request: Message, timeout: Duration) throws(NinePError)
+    -> Message
+  {
+    switch sendAndWait(request, timeout: timeout) {
+    case .success(let reply): return reply
+    case .failure(.server(let ename, _)): throw .authentication(AuthenticationError(ename: ename))
+    case .failure(let error): throw error
     }
   }
 
@@ -182,6 +248,7 @@ public final class Session: @unchecked Sendable {
       frame = received
     } catch let error as TransportError {
       if watchdog.fired { throw .timedOut }
+      if let notNineP = notNinePDiagnosis(error) { throw .protocolViolation(notNineP) }
       throw .transport(error)
     } catch let error as NinePError {
       throw error
@@ -214,6 +281,25 @@ public final class Session: @unchecked Sendable {
     default:
       throw .protocolViolation("Tversion answered with \(reply.type)")
     }
+  }
+
+  /// What to say when the answer to Tversion cannot even be framed: an Rversion is a few
+  /// dozen bytes, so a size prefix beyond msize (or below the minimum) means the peer speaks
+  /// something else (an HTTP or SSH server answers in text), not that msize is too small.
+  static func notNinePDiagnosis(_ error: TransportError) -> String? {
+    let size: UInt32
+    switch error {
+    case .frameTooLarge(let announced, _), .frameTooSmall(let announced): size = announced
+    default: return nil
+    }
+    // The 4 bytes the peer sent first, read back from the little-endian size.
+    let prefix = (0..<4).map { UInt8(truncatingIfNeeded: size >> (8 * $0)) }
+    let printable = prefix.allSatisfy { (0x20..<0x7f).contains($0) }
+    let shown =
+      printable
+      ? "\"\(String(decoding: prefix, as: UTF8.self))…\""
+      : prefix.map { String(format: "%02x", $0) }.joined(separator: " ")
+    return "not a 9P server: its answer to Tversion starts with \(shown)"
   }
 
   // MARK: - Requests
@@ -608,6 +694,8 @@ public final class Session: @unchecked Sendable {
     }
     guard let pending = state.inFlight[tag] else {
       condition.unlock()
+      // A reply racing our own close (a clunk sent just before) is no server's fault.
+      if closedReason != nil { return nil }
       return "reply \(message.type) with unknown tag \(tag)"
     }
     if let violation = Self.validate(reply: message, for: pending.message) {

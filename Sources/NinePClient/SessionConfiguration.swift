@@ -44,6 +44,8 @@ public struct SessionConfiguration: Sendable {
   public var parkGrace: Duration
   /// How long a parked read keeps its slot while other reads wait for one.
   public var parkingTurn: Duration = .seconds(1)
+  /// Prove an identity with Tauth before attaching; nil attaches as `uname` without.
+  public var authentication: Authentication?
 
   public init(
     profile: ServerProfile, uname: String, aname: String = "", requestedMsize: UInt32? = nil,

@@ -45,6 +45,12 @@ public enum ErrorStrings {
     "authentication failed": EACCES,
     "authentication incomplete": EACCES,
     "uname does not match authenticated identity": EACCES,
+    "invalid identity": EINVAL,
+    "authentication timeout": ETIMEDOUT,
+    "invalid auth response size": EINVAL,
+    "must read challenge first": EINVAL,
+    "too many concurrent authentications": EAGAIN,
+    "cannot allocate afid": EMFILE,
     "unsupported version": EPROTONOSUPPORT,
     // Plan 9 (lib9p, kernel) strings.
     "file does not exist": ENOENT,

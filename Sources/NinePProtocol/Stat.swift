@@ -63,6 +63,38 @@ public struct Stat: Hashable, Sendable {
     return entries
   }
 
+  /// Decodes a directory read's entries one at a time, keeping the good ones.
+  ///
+  /// An entry whose contents are bad (a name that is not UTF-8, a size field that disagrees
+  /// with its fields) is skipped by its size field and reported in `problems`; a size field
+  /// running past the data ends the decoding, since nothing after it can be found.
+  public static func decodeDirectoryEntries(
+    _ bytes: [UInt8]
+  ) -> (entries: [Stat], problems: [ProtocolError]) {
+    var entries: [Stat] = []
+    var problems: [ProtocolError] = []
+    var position = 0
+    while position < bytes.count {
+      guard bytes.count - position >= 2 else {
+        problems.append(.truncated(field: "size", message: "directory entry"))
+        break
+      }
+      let declared = Int(bytes[position]) | Int(bytes[position + 1]) << 8
+      let end = position + 2 + declared
+      guard end <= bytes.count else {
+        problems.append(.truncated(field: "stat body", message: "directory entry"))
+        break
+      }
+      do {
+        entries.append(try decode(Array(bytes[position..<end])))
+      } catch {
+        problems.append(error)
+      }
+      position = end
+    }
+    return (entries, problems)
+  }
+
   /// Decodes exactly one entry (as in Rstat's payload after its `n[2]` count).
   public static func decode(_ bytes: [UInt8]) throws(ProtocolError) -> Stat {
     var reader = WireReader(bytes)

@@ -5,6 +5,7 @@
 //   mount9bbs unmount [--force] MOUNTPOINT        (also: mount9bbs -u MOUNTPOINT)
 //   mount9bbs status [MOUNTPOINT] [--json]         (StatusCommand)
 //   mount9bbs scan [--timeout S] [--json] [--feature F] [--lan]   (ScanCommand)
+//   mount9bbs keygen [--type ed25519|p256] [--file PATH] [--show]   (KeygenCommand)
 //
 // Without -f the command returns once the mount is ready and a detached daemon serves it,
 // like sshfs: the front process re-runs itself in the foreground with a readiness pipe
@@ -63,6 +64,7 @@ struct Mount9BBS: ParsableCommand {
       mount9bbs unmount [--force] MOUNTPOINT     (or: mount9bbs -u MOUNTPOINT)
       mount9bbs status [MOUNTPOINT] [--json]
       mount9bbs scan [--timeout S] [--json] [--feature F] [--lan]
+      mount9bbs keygen [--type ed25519|p256] [--file PATH] [--show]
       mount9bbs help [SUBCOMMAND]
       """,
     discussion: """
@@ -79,7 +81,10 @@ struct Mount9BBS: ParsableCommand {
         mount9bbs -u ~/bbs
       """,
     version: ProductVersion.current,
-    subcommands: [MountCommand.self, UnmountCommand.self, StatusCommand.self, ScanCommand.self],
+    subcommands: [
+      MountCommand.self, UnmountCommand.self, StatusCommand.self, ScanCommand.self,
+      KeygenCommand.self,
+    ],
     defaultSubcommand: MountCommand.self)
 }
 
@@ -125,6 +130,10 @@ struct MountCommand: ParsableCommand {
         nonempty              allow a non-empty mount point
         debug                 as -d
         log=FILE              a detached daemon logs here (default: the journal, else syslog)
+        identity=PATH|agent[:MATCH]   the key that proves who you are (default: the key of \
+      mount9bbs keygen, if there is one); alias IdentityFile
+        auth=auto|required|off   when to prove it: where the board wants it (auto), always, \
+      or never
         libfuse's and the kernel's: fsname=, subtype=, max_read=, auto_unmount, dev, nodev, \
       suid, nosuid, exec, noexec, atime, noatime, relatime, sync, async, dirsync and the like.
       fstab's own (noauto, nofail, _netdev, user, x-*, ...) are ignored. Any other option is an \

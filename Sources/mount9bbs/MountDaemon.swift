@@ -83,16 +83,18 @@ struct MountDaemon {
     let profile =
       options.profile
       ?? (candidates.contains { ServerProfile.default(for: $0) == .device } ? .device : .multiplex)
-    let configuration = SessionConfiguration(
+    var configuration = SessionConfiguration(
       profile: profile, uname: options.uname, aname: options.aname, requestedMsize: options.msize,
       requestTimeout: options.timeout)
+    // Not for the built-in BBS, which does not authenticate.
+    if address != nil { configuration.authentication = try options.authentication() }
     let pool = try connect(candidates, configuration, logger)
     // Fids go back to the server: a board that does not clunk on disconnect would keep them.
     defer { pool.close(tidyingWithin: .seconds(1)) }
     let primary = pool.primary
+    let user = primary.authenticatedIdentity.map { "identity \($0)" } ?? "uname \(options.uname)"
     logger.info(
-      "connected to \(pool.address) (\(profile) profile, msize \(primary.msize), uname \(options.uname))"
-    )
+      "connected to \(pool.address) (\(profile) profile, msize \(primary.msize), \(user))")
 
     var mountOptions = MountOptions(uid: options.uid ?? getuid(), gid: options.gid ?? getgid())
     mountOptions.umask = options.umask ?? 0
@@ -106,7 +108,7 @@ struct MountDaemon {
     let fileSystem: BBSFileSystem
     do {
       // The built-in BBS lives and dies with the mount: no outbox or history for it.
-      let key = "\(options.uname)@\(target)\(options.aname)"
+      let key = "\(primary.authenticatedIdentity ?? options.uname)@\(target)\(options.aname)"
       let outbox = options.outbox && address != nil ? Outbox.directory(forKey: key) : nil
       let history = options.history && address != nil ? RoomHistory.directory(forKey: key) : nil
       fileSystem = try BBSFileSystem(
@@ -207,7 +209,8 @@ struct MountDaemon {
       return pool
     } catch {
       // The preferred transport's error: the one the user most likely wants to hear about.
-      throw .connect(address: candidates[0].description, error)
+      throw .connect(
+        address: candidates[0].description, error, identity: configuration.authentication?.identity)
     }
   }
 
@@ -247,9 +250,10 @@ final class Once: Sendable {
 /// Why the mount could not start; each says what to do about it.
 enum MountError: Error, CustomStringConvertible {
   case fuse(FuseSessionError)
-  case connect(address: String, NinePError)
+  case connect(address: String, NinePError, identity: String? = nil)
   case local(String)
-  /// A mount the command will not make (the reason says why and what to do).
+  /// A mount the command will not make (the reason says why and what to do): also a key that
+  /// cannot be used, or none where one is required.
   case refused(String)
   case runtime(RuntimeDirectoryError)
 
@@ -257,14 +261,16 @@ enum MountError: Error, CustomStringConvertible {
     switch self {
     case .fuse(let error):
       return "\(error)"
-    case .connect(let address, .transport(let error)):
+    case .connect(let address, .transport(let error), _):
       return "cannot reach \(address): \(error)"
-    case .connect(let address, .versionNotSupported(let said)):
+    case .connect(let address, .versionNotSupported(let said), _):
       return
         "\(address) does not speak 9P2000 (it answered Tversion with \"\(said)\"); mount9bbs needs a 9P2000 server"
-    case .connect(let address, .timedOut):
+    case .connect(let address, .timedOut, _):
       return "\(address) did not answer the 9P handshake in time; is it a 9P server?"
-    case .connect(let address, let error):
+    case .connect(let address, .authentication(let error), let identity?):
+      return "cannot mount \(address) as \(identity): \(error)"
+    case .connect(let address, let error, _):
       return "cannot mount \(address): \(error)"
     case .local(let text):
       return "cannot start the built-in BBS: \(text)"

@@ -1,3 +1,4 @@
+import BBSIdentity
 import BBSMount
 import Foundation
 import NinePClient
@@ -37,7 +38,23 @@ struct ParsedOptions {
   var logFile: String?
   /// Largest read request (`max_read=`), also forced at FUSE init.
   var maxRead: UInt32?
+  /// `identity=PATH|agent[:MATCH]` (sshfs's `IdentityFile=`): the key to authenticate with;
+  /// nil: the default key file, if there is one.
+  var identity: KeySource?
+  /// `auth=auto|required|off`.
+  var auth: AuthMode = .auto
   var passthrough: [String] = []
+
+  /// When to authenticate (see MountIdentity.swift).
+  enum AuthMode: String {
+    /// With a key (`identity=`, else the default key file if there is one), when the server
+    /// authenticates; as a guest otherwise.
+    case auto
+    /// Always, or fail.
+    case required
+    /// Never: attach with `uname`.
+    case off
+  }
 
   /// Options libfuse (or the kernel) takes as they are: the mount flags and libfuse's own.
   static let libfuseFlags: Set<String> = [
@@ -59,7 +76,6 @@ struct ParsedOptions {
     "kernel_cache": "mount9bbs already lets the kernel cache file pages while a file is open",
     "cache": "mount9bbs caches attributes and listings for a second",
     "compression": "there is nothing to compress over 9P",
-    "IdentityFile": "9P attaches with uname=NAME",
     "Port": "put the port in the address, e.g. tcp:host:5640",
     "follow_symlinks": "9BBS boards have no symbolic links",
     "transform_symlinks": "9BBS boards have no symbolic links",
@@ -132,6 +148,13 @@ struct ParsedOptions {
         keepalive = seconds == 0 ? nil : .seconds(seconds)
       case "readahead": readaheadKiB = try number(0...(1 << 20))
       case "ServerAliveCountMax": keepaliveMisses = try number(1...100)
+      case "identity", "IdentityFile": identity = KeySource(parsing: try required())
+      case "auth":
+        let text = try required()
+        guard let mode = AuthMode(rawValue: text) else {
+          throw Invalid(description: "option auth=\(text): expected auto, required or off")
+        }
+        auth = mode
       case "uid": uid = UInt32(try number(0...Int(Int32.max)))
       case "gid": gid = UInt32(try number(0...Int(Int32.max)))
       case "umask":

@@ -99,8 +99,11 @@ struct StatusCommand: ParsableCommand {
   static func render(_ report: StatusReport) -> String {
     let safe = { (text: String) in TerminalText.escaped(text) }
     let since = Int(Date().timeIntervalSince(report.link.since))
+    let user =
+      report.identity.map { "identity \(safe($0)), auth \(safe(report.auth ?? "auto"))" }
+      ?? "user \(safe(report.uname))"
     var text =
-      "\(safe(report.mountpoint)): \(safe(report.address)) (\(safe(report.profile)) profile, user \(safe(report.uname)), pid \(report.pid))\n"
+      "\(safe(report.mountpoint)): \(safe(report.address)) (\(safe(report.profile)) profile, \(user), pid \(report.pid))\n"
     text += "link: \(safe(report.link.state)) for \(since) s"
     if let reason = report.link.reason { text += " (\(safe(reason)))" }
     text += ", \(report.link.reconnects) reconnect(s)\n"
@@ -113,11 +116,15 @@ struct StatusCommand: ParsableCommand {
     for session in report.sessions {
       text += String(
         format:
-          "session %@: %@ msize %u, %d in flight, %d queued, %d parked, rtt %.1f ms, in %llu msg/%llu B, out %llu msg/%llu B\n",
+          "session %@: %@ msize %u, %d in flight, %d queued, %d parked, rtt %.1f ms, in %llu msg/%llu B, out %llu msg/%llu B",
         safe(session.role), session.open ? "open" : "closed", session.msize,
         session.requestsInFlight,
         session.requestsQueued, session.parkedReads, session.roundTripMilliseconds,
         session.messagesIn, session.bytesIn, session.messagesOut, session.bytesOut)
+      if report.identity != nil, let authenticated = session.authenticated {
+        text += authenticated ? ", authenticated" : ", not authenticated"
+      }
+      text += "\n"
     }
     for room in report.rooms {
       text +=

@@ -40,7 +40,7 @@ final class ChatHubTests: XCTestCase {
       try chat.post(payload: Array("lobby:b\r\n".utf8), author: "a").text, Array("b\r".utf8))
     let long = try chat.post(
       payload: Array(("lobby:" + String(repeating: "y", count: 400)).utf8),
-      author: String(repeating: "n", count: 50))
+      author: BoardUser(String(repeating: "n", count: 50)))
     XCTAssertEqual(long.text.count, 255)
     XCTAssertEqual(long.author.utf8.count, 31)
   }

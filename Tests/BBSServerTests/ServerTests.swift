@@ -65,6 +65,21 @@ final class ServerTests: ServerTestCase {
       .rerror(ename: "aname not found"))
   }
 
+  func testAttachBeforeVersionIsRefused() throws {
+    try startServer()
+    let client = try WireClient(address)
+    clients.append(client)
+    // Plan 9 servers serve nothing before Tversion; the session then works as usual.
+    XCTAssertEqual(
+      try client.rpc(.tattach(fid: 0, afid: NineP.noFid, uname: "alice", aname: "")),
+      .rerror(ename: "version not negotiated"))
+    XCTAssertEqual(
+      try client.rpc(.twalk(fid: 0, newfid: 1, names: ["etc"])),
+      .rerror(ename: "version not negotiated"))
+    try client.handshake()
+    XCTAssertEqual(try client.readFile("etc/motd"), "Hello from the test\n")
+  }
+
   func testAttachToSubtreeAndWalks() throws {
     try startServer()
     let client = try connect(aname: "etc")

@@ -34,6 +34,32 @@ final class SessionTests: XCTestCase {
     }
   }
 
+  func testAnHTTPServerIsNotNineP() throws {
+    // A real socket, as the user meets it: a web server answers the handshake in text.
+    let listener = try Listener(address: .tcp(host: "127.0.0.1", port: 0))
+    addTeardownBlock { listener.close() }
+    let thread = Thread {
+      guard let peer = try? listener.accept() else { return }
+      _ = try? peer.receiveRaw(maxBytes: 4096)
+      try? peer.sendRaw(Array("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n".utf8))
+      Thread.sleep(forTimeInterval: 1)
+      peer.close()
+    }
+    thread.start()
+    let transport = try SocketTransport.connect(to: listener.boundAddress)
+    do {
+      _ = try Session.connect(
+        transport: transport,
+        configuration: SessionConfiguration(profile: .multiplex, uname: "glenda"))
+      XCTFail("a web server was taken for a 9P server")
+    } catch {
+      XCTAssertTrue(
+        error.description.contains("not a 9P server") && error.description.contains("HTTP"),
+        "\(error)")
+      XCTAssertFalse(error.description.contains("msize"), "\(error)")
+    }
+  }
+
   func testRefusesOtherDialects() throws {
     let (client, server) = MemoryTransport.pair()
     let thread = Thread {
@@ -319,6 +345,46 @@ final class SessionTests: XCTestCase {
     let done = expectation(description: "listed")
     session.readDirectory(9) { result in
       XCTAssertEqual((try? result.get())?.map(\.name), ["lobby", "post"])
+      done.fulfill()
+    }
+    wait(for: [done], timeout: 5)
+  }
+
+  func testEndlessDirectoryIsCutAtItsLimitsKeepingWhatWasRead() throws {
+    let reads = Counter()
+    let (session, _) = try connect { server, tag, message in
+      guard case .tread(_, let offset, _) = message else { return }
+      _ = reads.add((tag, message))
+      // Two new names at every offset: the directory never ends.
+      let entries = (0..<2).map {
+        Stat(
+          qid: Qid(path: offset + UInt64($0)), mode: FileMode(permissions: 0o644),
+          name: "\(offset)-\($0)")
+      }
+      server.reply(tag, .rread(data: entries.flatMap { $0.encoded() }))
+    }
+    let done = expectation(description: "listed")
+    session.readDirectory(9, limits: DirectoryLimits(rounds: 50)) { result in
+      XCTAssertEqual((try? result.get())?.count, 100)
+      done.fulfill()
+    }
+    wait(for: [done], timeout: 10)
+    XCTAssertEqual(reads.count, 50)
+  }
+
+  func testUndecodableEntriesAreLeftOut() throws {
+    let good = Stat(qid: Qid(path: 1), mode: FileMode(permissions: 0o644), name: "good")
+    var bad = Stat(qid: Qid(path: 2), mode: FileMode(permissions: 0o644), name: "XX").encoded()
+    // The name's first byte (after size, type, dev, qid, mode, times, length and its count).
+    bad[2 + 2 + 4 + Qid.wireSize + 4 + 4 + 4 + 8 + 2] = 0xFF
+    let listing = bad + good.encoded()
+    let (session, _) = try connect { server, tag, message in
+      guard case .tread(_, let offset, _) = message else { return }
+      server.reply(tag, .rread(data: offset == 0 ? listing : []))
+    }
+    let done = expectation(description: "listed")
+    session.readDirectory(9) { result in
+      XCTAssertEqual((try? result.get())?.map(\.name), ["good"])
       done.fulfill()
     }
     wait(for: [done], timeout: 5)

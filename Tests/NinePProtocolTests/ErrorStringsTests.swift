@@ -27,6 +27,13 @@ final class ErrorStringsTests: XCTestCase {
       ("remove failed", EIO), ("stat failed", EIO), ("aname not found", ENOENT),
       ("unsupported version", EPROTONOSUPPORT), ("Permission Denied", EACCES),
       ("'/x' does not exist", ENOENT), ("something odd happened", EIO), ("", EIO),
+      // Tauth and Tattach (facts §6).
+      ("authentication not required", EOPNOTSUPP), ("invalid identity", EINVAL),
+      ("authentication timeout", ETIMEDOUT), ("invalid auth response size", EINVAL),
+      ("must read challenge first", EINVAL), ("authentication failed", EACCES),
+      ("uname does not match authenticated identity", EACCES),
+      ("authentication required", EACCES), ("authentication incomplete", EACCES),
+      ("too many concurrent authentications", EAGAIN), ("cannot allocate afid", EMFILE),
     ]
     for (text, code) in cases {
       XCTAssertEqual(ErrorStrings.errno(for: text), code, text)

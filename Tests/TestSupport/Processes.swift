@@ -166,13 +166,16 @@ public final class ServerProcess: @unchecked Sendable {
   public let address: String
 
   /// Starts `9bbsd`. `transport` is "tcp", "unix" or "seqpacket"; `rooms` are its chat rooms.
+  /// `listen` picks the address (to start a server again where an earlier one was).
   public init(
     transport: String = "tcp", profile: String = "default", rooms: [String] = ["lobby", "tech"],
-    extra: [String] = []
+    extra: [String] = [], listen fixed: String? = nil
   ) throws {
     directory = try makeTemporaryDirectory("9bbsd-test")
     let listen: String
-    switch transport {
+    switch fixed == nil ? transport : "fixed" {
+    case "fixed":
+      listen = fixed ?? ""
     case "tcp":
       // Pick a free port by binding port 0 briefly.
       listen = "tcp!127.0.0.1!\(try Self.freePort())"
@@ -286,5 +289,47 @@ public func mountDaemons(serving mountpoint: String) -> [pid_t] {
     let arguments = data.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
     guard let program = arguments.first, program.hasSuffix("/mount9bbs") else { return nil }
     return arguments.contains(mountpoint) ? pid : nil
+  }
+}
+
+/// A real `ssh-agent` on a private socket (`ssh-agent -D -a`), stopped on `stop()`.
+public final class SSHAgentProcess: @unchecked Sendable {
+  public let child: ChildProcess
+  /// What SSH_AUTH_SOCK should say.
+  public let socketPath: String
+  private let directory: String
+
+  public init() throws {
+    directory = try makeTemporaryDirectory("ssh-agent-test")
+    socketPath = directory + "/agent.sock"
+    child = ChildProcess("/usr/bin/ssh-agent", ["-D", "-a", socketPath])
+    try child.start()
+    // Listening, not only bound: `ssh-add -l` says 2 while it cannot connect.
+    let socketPath = socketPath
+    let ready = waitUntil(timeout: 10) {
+      !child.isRunning
+        || (FileManager.default.fileExists(atPath: socketPath)
+          && (try? shell("SSH_AUTH_SOCK='\(socketPath)' ssh-add -l >/dev/null 2>&1"))?.status != 2)
+    }
+    guard ready, child.isRunning else {
+      child.stop()
+      throw HarnessError("ssh-agent did not start: \(child.text)")
+    }
+  }
+
+  /// The environment that points ssh tools (and mount9bbs) at this agent.
+  public var environment: [String: String] { ["SSH_AUTH_SOCK": socketPath] }
+
+  /// `ssh-add ARGUMENTS` against this agent; fails unless it succeeds.
+  public func add(_ arguments: String) throws {
+    let result = try shell("SSH_AUTH_SOCK='\(socketPath)' ssh-add -q \(arguments) 2>&1")
+    guard result.status == 0 else {
+      throw HarnessError("ssh-add \(arguments) failed: \(result.output)")
+    }
+  }
+
+  public func stop() {
+    child.stop()
+    try? FileManager.default.removeItem(atPath: directory)
   }
 }

@@ -143,6 +143,7 @@ extension BBSFileSystem {
       request.replyError(EROFS)
       return
     }
+    answersInterrupts(request)
     remote.wstat(node.path, asked.stat) { [self] result in
       switch result {
       case .success:

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import NinePClient
 import NinePProtocol
 
@@ -16,6 +17,10 @@ import NinePProtocol
 /// - a first reply that is clearly short is taken as the whole listing at once (see
 ///   ``Session/readDirectory(_:early:completion:)``), while the confirming read finishes in
 ///   the background; a lookup that misses waits for that confirmation.
+///
+/// A listing ends, whatever the server does: one that fails is tried again only on a kept fid
+/// (the server may have forgotten it), once, on a freshly opened one; it is bounded in reads,
+/// bytes and time (``DirectoryLimits``); names no local file system can hold are left out.
 final class ListingCache: @unchecked Sendable {
   typealias Callback = @Sendable (Result<[Stat], NinePError>) -> Void
 
@@ -44,6 +49,8 @@ final class ListingCache: @unchecked Sendable {
   private var open: [[String]: OpenDirectory] = [:]
   private let sessions: SessionProvider
   private let linkIsUp: @Sendable () -> Bool
+  private let logger: Logger
+  let limits: DirectoryLimits
   let lifetime: Duration
   /// Directory fids kept open for listing again (a board has 32 fids in all).
   let keptDirectories: Int
@@ -51,9 +58,13 @@ final class ListingCache: @unchecked Sendable {
 
   init(
     lifetime: Duration, keptDirectories: Int = 16, sessions: @escaping SessionProvider,
-    linkIsUp: @escaping @Sendable () -> Bool = { true }
+    linkIsUp: @escaping @Sendable () -> Bool = { true },
+    limits: DirectoryLimits = DirectoryLimits(),
+    logger: Logger = Logger(label: "mount9bbs.listing")
   ) {
     self.lifetime = lifetime
+    self.limits = limits
+    self.logger = logger
     self.keptDirectories = keptDirectories
     self.sessions = sessions
     self.linkIsUp = linkIsUp
@@ -135,7 +146,7 @@ final class ListingCache: @unchecked Sendable {
       {
         open[path]?.used = .now
         lock.unlock()
-        return list(path, fid: kept.fid, on: session, kept: true)
+        return list(path, fid: kept.fid, on: session, kept: true, reused: true)
       }
       stale = open.removeValue(forKey: path)
     }
@@ -147,7 +158,7 @@ final class ListingCache: @unchecked Sendable {
         finish(path, .failure(error))
       case .success(let directory):
         let kept = keep(path, fid: directory.fid, on: session)
-        list(path, fid: directory.fid, on: session, kept: kept)
+        list(path, fid: directory.fid, on: session, kept: kept, reused: false)
       }
     }
   }
@@ -172,28 +183,55 @@ final class ListingCache: @unchecked Sendable {
     return kept
   }
 
-  private func list(_ path: [String], fid: Fid, on session: Session, kept: Bool) {
+  /// Reads the directory open on `fid`. `reused`: the fid was kept from an earlier listing.
+  private func list(
+    _ path: [String], fid: Fid, on session: Session, kept: Bool, reused: Bool
+  ) {
     session.readDirectory(
-      fid,
-      early: { [self] stats in provisional(path, stats.filter { Self.isAcceptable($0.name) }) }
+      fid, limits: limits,
+      early: { [self] stats in provisional(path, acceptable(stats, in: path, quietly: true)) }
     ) { [self] listed in
-      if case .failure(let error) = listed, kept, !error.isLinkFailure {
-        // The kept fid is no good any more (the server forgot it): open the directory anew.
-        lock.lock()
-        if open[path]?.fid == fid && open[path]?.session === session { open[path] = nil }
-        lock.unlock()
+      if case .failure(let error) = listed, !error.isLinkFailure {
+        // Never keep a fid that failed. Only one kept from before may be stale (the server
+        // forgot it): open the directory anew, once. A fresh one failing is the answer:
+        // trying again would loop for as long as the server refuses.
+        if kept {
+          lock.lock()
+          if open[path]?.fid == fid && open[path]?.session === session { open[path] = nil }
+          lock.unlock()
+        }
         session.clunk(fid)
-        return fetch(path, on: session)
+        if reused { return fetch(path, on: session) }
+        logger.warning("cannot list /\(path.joined(separator: "/")): \(error)")
+        return finish(path, .failure(error))
       }
       if !kept { session.clunk(fid) }
-      finish(path, listed.map { stats in stats.filter { Self.isAcceptable($0.name) } })
+      finish(path, listed.map { acceptable($0, in: path, quietly: false) })
     }
+  }
+
+  /// The entries of a listing the tree can show, logging what is left out.
+  private func acceptable(_ stats: [Stat], in path: [String], quietly: Bool) -> [Stat] {
+    let kept = stats.filter { Self.isAcceptable($0.name) }
+    if !quietly && kept.count < stats.count {
+      let dropped = stats.filter { !Self.isAcceptable($0.name) }.map(\.name)
+      let shown = dropped.prefix(3).map { String(reflecting: String($0.prefix(40))) }
+      logger.warning(
+        "listing of /\(path.joined(separator: "/")): left out \(dropped.count) entr\(dropped.count == 1 ? "y" : "ies") with a name no file can have (\(shown.joined(separator: ", ")))"
+      )
+    }
+    return kept
   }
 
   /// Names a server must never hand us: they would escape or confuse the tree.
   static func isAcceptable(_ name: String) -> Bool {
     !name.isEmpty && name != "." && name != ".." && !name.contains("/") && !name.contains("\0")
+      && name.utf8.count <= Self.maxNameLength
   }
+
+  /// The longest name (in bytes) Linux file systems allow (NAME_MAX); the kernel refuses
+  /// longer ones anyway, and a readdir buffer must hold any one entry.
+  static let maxNameLength = 255
 
   /// The first reply was short: answer those that can take it now.
   private func provisional(_ path: [String], _ stats: [Stat]) {

@@ -87,7 +87,9 @@ struct NodeAttributes: Sendable {
       if server.atime != 0 { atime = Date(timeIntervalSince1970: TimeInterval(server.atime)) }
     }
     attributes.st_mode &= ~mode_t(options.umask & 0o777)
-    attributes.st_blocks = (attributes.st_size + 511) / 512
+    // Rounded up without overflow: a server may list a length of 2⁶⁴−1 (clamped to Int.max).
+    let size = max(0, attributes.st_size)
+    attributes.st_blocks = size / 512 + (size % 512 == 0 ? 0 : 1)
     func spec(_ date: Date) -> timespec {
       timespec(
         tv_sec: Int(date.timeIntervalSince1970),

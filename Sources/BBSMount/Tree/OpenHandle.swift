@@ -127,7 +127,8 @@ final class FileHandle: OpenHandle {
           FileHandle(
             file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache))
         if openMode.allowsWriting { tree.inodes.invalidate(node.inode) }
-        request.replyOpen(info)
+        // Interrupted meanwhile: the kernel will never release it, so close it now.
+        if !request.replyOpen(info) { handles.remove(info.handle)?.release() }
       }
     }
   }
@@ -153,7 +154,9 @@ final class FileHandle: OpenHandle {
         info.handle = handles.store(
           FileHandle(
             file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache))
-        request.replyCreate(tree.attributes.entry(for: node), info)
+        if !request.replyCreate(tree.attributes.entry(for: node), info) {
+          handles.remove(info.handle)?.release()
+        }
       }
     }
   }
@@ -175,6 +178,9 @@ final class FileHandle: OpenHandle {
   }
 
   func write(_ request: FuseRequest, data: [UInt8], offset: UInt64) {
+    // Ctrl-C ends a write the server does not answer (or one waiting for room behind
+    // others); the Twrite may still land.
+    request.onInterrupt { $0.replyError(EINTR) }
     pageCache.forget(inode)
     writes.write(request, data: data, offset: offset) { [self] data, offset, done in
       file.write(data, at: offset) { [self] result in
@@ -185,6 +191,8 @@ final class FileHandle: OpenHandle {
   }
 
   func flush(_ request: FuseRequest) {
+    // Ctrl-C ends a close that waits for writes the server does not answer.
+    request.onInterrupt { $0.replyError(EINTR) }
     writes.drain { request.replyError($0) }
   }
 
@@ -194,6 +202,7 @@ final class FileHandle: OpenHandle {
   }
 
   func fsync(_ request: FuseRequest) {
+    request.onInterrupt { $0.replyError(EINTR) }
     writes.drain { request.replyError($0) }
   }
 

@@ -26,7 +26,9 @@ public final class Board: Sendable {
     rooms = try MessageBoard(
       initialRooms: configuration.initialBoardRooms, limits: configuration.limits, clock: clock,
       store: store, logger: logger)
-    etc = try EtcFiles(defaults: configuration.etcDefaults, store: store, logger: logger)
+    etc = try EtcFiles(
+      defaults: configuration.etcDefaults, sysops: configuration.sysops, store: store,
+      logger: logger)
   }
 
   /// Tcreate of a directory at the BBS root: creates a board room. In the device profile the

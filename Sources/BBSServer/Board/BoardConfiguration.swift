@@ -77,15 +77,19 @@ public struct BoardConfiguration: Sendable {
   public var limits: BoardLimits
   /// Initial /etc values for fields the store does not hold yet.
   public var etcDefaults: [EtcField: String]
+  /// The users (``BoardUser/id``s) who may write /etc; empty: the first registered user.
+  public var sysops: Set<String>
 
   /// Creates a configuration; board rooms default to the chat rooms.
   public init(
     chatRooms: [String] = ["lobby"], initialBoardRooms: [String]? = nil,
-    limits: BoardLimits = .standard, etcDefaults: [EtcField: String] = [:]
+    limits: BoardLimits = .standard, etcDefaults: [EtcField: String] = [:],
+    sysops: Set<String> = []
   ) {
     self.chatRooms = chatRooms
     self.initialBoardRooms = initialBoardRooms ?? chatRooms
     self.limits = limits
     self.etcDefaults = etcDefaults
+    self.sysops = sysops
   }
 }

@@ -26,6 +26,7 @@ public final class ChatHub: Sendable {
     var nextID: UInt64 = 1
   }
   private struct User {
+    var name: String
     var lastActivity: UInt64
     var cursors: [String: UInt64] = [:]
   }
@@ -73,14 +74,14 @@ public final class ChatHub: Sendable {
 
   // MARK: Posting
 
-  /// Posts a `/chat/post` payload for `author` (facts §1.5).
+  /// Posts a `/chat/post` payload from `author` (facts §1.5).
   ///
   /// A `:` within the first 32 bytes names the room (`room:text`), else the room is `lobby`.
   /// The text is cut to the text limit, then exactly one trailing newline is removed; the
   /// author is cut to the author limit.
   /// - Throws: ``BoardError/notFound`` for an unknown or empty room name.
   @discardableResult
-  public func post(payload: [UInt8], author: String) throws(BoardError) -> ChatMessage {
+  public func post(payload: [UInt8], author: BoardUser) throws(BoardError) -> ChatMessage {
     var room = "lobby"
     var text = payload[...]
     if let colon = payload.prefix(32).firstIndex(of: UInt8(ascii: ":")) {
@@ -90,13 +91,16 @@ public final class ChatHub: Sendable {
     return try post(room: room, text: Array(text), author: author)
   }
 
-  /// Posts `text` to `room` for `author`, applying the text and author limits and removing
-  /// one trailing newline.
+  /// Posts `text` to `room` from `author` (shown by name), applying the text and author
+  /// limits and removing one trailing newline.
   @discardableResult
-  public func post(room: String, text: [UInt8], author: String) throws(BoardError) -> ChatMessage {
+  public func post(room: String, text: [UInt8], author: BoardUser) throws(BoardError)
+    -> ChatMessage
+  {
     var body = Array(text.prefix(limits.maxChatText))
     if body.last == UInt8(ascii: "\n") { body.removeLast() }
-    let name = truncateUTF8(author.isEmpty ? "guest" : author, maxBytes: limits.maxAuthor)
+    let name = displayName(author)
+    let key = cursorKey(author)
     let stamp = limits.clock == .uptime ? clock.uptimeMillis : clock.wallMillis
     let now = clock.uptimeMillis
 
@@ -108,7 +112,7 @@ public final class ChatHub: Sendable {
       entry.messages.append(message)
       while entry.messages.count > limits.chatRingCapacity { entry.messages.removeFirst() }
       state.rooms[room] = entry
-      if state.users[name] != nil { state.users[name]?.lastActivity = now }
+      state.users[key]?.lastActivity = now
       var wakes: [@Sendable () -> Void] = []
       for (id, waiter) in state.waiters where waiter.room == room {
         wakes.append(waiter.wake)
@@ -128,11 +132,11 @@ public final class ChatHub: Sendable {
   // MARK: Reading
 
   /// Reads new lines of `room` for `user`: whole lines, oldest first, at most `count` bytes,
-  /// moving the user's cursor past the lines delivered. A user's first read returns the
-  /// backlog and registers the user in `/chat/users`.
+  /// moving the user's cursor (kept by ``BoardUser/id``) past the lines delivered. A user's
+  /// first read returns the backlog and registers the user in `/chat/users` (by name).
   /// - Throws: ``BoardError/notFound`` for an unknown room, ``BoardError/outOfMemory`` when the
   ///   user table is full.
-  public func read(room: String, user: String, count: Int) throws(BoardError) -> [UInt8] {
+  public func read(room: String, user: BoardUser, count: Int) throws(BoardError) -> [UInt8] {
     switch try readOrPark(room: room, user: user, count: count, wake: nil) {
     case .data(let bytes): return bytes
     case .empty, .parked: return []
@@ -143,9 +147,10 @@ public final class ChatHub: Sendable {
   /// registers `wake` as a waiter in the same critical section (so no post can slip in
   /// between) and returns ``ChatReadOutcome/parked(_:)``.
   public func readOrPark(
-    room: String, user: String, count: Int, wake: (@Sendable () -> Void)?
+    room: String, user: BoardUser, count: Int, wake: (@Sendable () -> Void)?
   ) throws(BoardError) -> ChatReadOutcome {
-    let name = truncateUTF8(user.isEmpty ? "guest" : user, maxBytes: limits.maxAuthor)
+    let name = cursorKey(user)
+    let shown = displayName(user)
     let now = clock.uptimeMillis
     return try state.withLock { state throws(BoardError) -> ChatReadOutcome in
       guard let entry = state.rooms[room] else { throw BoardError.notFound }
@@ -154,7 +159,7 @@ public final class ChatHub: Sendable {
           throw BoardError.outOfMemory
         }
         state.userOrder.append(name)
-        state.users[name] = User(lastActivity: now)
+        state.users[name] = User(name: shown, lastActivity: now)
       }
       state.users[name]?.lastActivity = now
       let cursor = state.users[name]?.cursors[room] ?? 0
@@ -199,15 +204,26 @@ public final class ChatHub: Sendable {
     let now = clock.uptimeMillis
     return state.withLock { state in
       var out: [UInt8] = []
-      for name in state.userOrder {
-        let last = state.users[name]?.lastActivity ?? now
-        let idle = (now >= last ? now - last : 0) / 1000
-        let line = Array("\(name) (idle: \(idle)s)\n".utf8)
+      for key in state.userOrder {
+        guard let user = state.users[key] else { continue }
+        let idle = (now >= user.lastActivity ? now - user.lastActivity : 0) / 1000
+        let line = Array("\(user.name) (idle: \(idle)s)\n".utf8)
         if out.count + line.count > count { break }
         out += line
       }
       return out
     }
+  }
+
+  /// What a user's line shows: their name (`guest` for none), cut to the author limit.
+  private func displayName(_ user: BoardUser) -> String {
+    truncateUTF8(user.name.isEmpty ? "guest" : user.name, maxBytes: limits.maxAuthor)
+  }
+
+  /// What a user's cursors and presence are kept under: their id (`guest` for none), cut to
+  /// the 63 bytes a board keeps of an identity.
+  private func cursorKey(_ user: BoardUser) -> String {
+    truncateUTF8(user.id.isEmpty ? "guest" : user.id, maxBytes: 63)
   }
 
   // MARK: Waiters

@@ -36,8 +36,8 @@ public enum EtcField: String, Sendable, CaseIterable, Hashable {
 /// profiles only; see `Tree`).
 public let etcNets = ["fsxnet", "aethernet"]
 
-/// The BBS user registry and the `/etc` values. The first registered user is the sysop and
-/// the only one allowed to write `/etc`.
+/// The BBS user registry and the `/etc` values. The sysops (a configured list of identities,
+/// else the first registered user, as on a device) alone may write `/etc`.
 public final class EtcFiles: Sendable {
   private struct State {
     var values: [EtcField: String]
@@ -46,12 +46,14 @@ public final class EtcFiles: Sendable {
   private let state: Mutex<State>
   private let store: any BoardStore
   private let logger: Logger
+  /// The configured sysops; empty: the first registered user.
+  private let sysops: Set<String>
 
   /// Loads values and users from the store, falling back to `defaults`, then to the device's
   /// defaults.
-  public init(defaults: [EtcField: String], store: any BoardStore, logger: Logger)
-    throws(BoardError)
-  {
+  public init(
+    defaults: [EtcField: String], sysops: Set<String> = [], store: any BoardStore, logger: Logger
+  ) throws(BoardError) {
     var values: [EtcField: String] = [:]
     for field in EtcField.allCases where field.isWritable {
       values[field] = truncateUTF8(defaults[field] ?? field.defaultValue, maxBytes: field.capacity)
@@ -62,9 +64,11 @@ public final class EtcFiles: Sendable {
     state = Mutex(State(values: values, users: try store.users()))
     self.store = store
     self.logger = logger
+    self.sysops = sysops
   }
 
-  /// Registers a BBS user (on attach). The first one becomes the sysop.
+  /// Registers a BBS user (on attach). Without configured sysops the first one becomes the
+  /// sysop.
   public func register(user: String) {
     guard !user.isEmpty else { return }
     let added = state.withLock { state -> Bool in
@@ -78,12 +82,13 @@ public final class EtcFiles: Sendable {
     } catch {
       logger.error("etc: could not store user \(user): \(error)")
     }
-    if isAdmin(user) { logger.info("etc: first user '\(user)' is the sysop") }
+    if sysops.isEmpty && isAdmin(user) { logger.info("etc: first user '\(user)' is the sysop") }
   }
 
-  /// Whether `user` is the sysop.
+  /// Whether `user` (a ``BoardUser/id``) is a sysop.
   public func isAdmin(_ user: String) -> Bool {
-    state.withLock { $0.users.first == user }
+    guard sysops.isEmpty else { return sysops.contains(user) }
+    return !user.isEmpty && state.withLock { $0.users.first == user }
   }
 
   /// The current value of a field, without the trailing newline.

@@ -65,6 +65,16 @@ public struct BBSServerConfiguration: Sendable {
   public var maxFids: Int
   /// Tags in use per session (device: 16); nil means unlimited.
   public var maxTags: Int?
+  /// Whether clients prove an identity with Tauth (not in the gen1 profile, whose core
+  /// predates it).
+  public var auth: AuthPolicy = .off
+  /// Identities (40 hex characters) that may write /etc. Empty: the first user registered,
+  /// as on a device.
+  public var sysops: Set<String> = []
+  /// Names chat lines show for identities; others show their first 8 characters.
+  public var nicknames: [String: String] = [:]
+  /// How long a Tauth challenge may be answered (a board: 60 s).
+  public var challengeLifetime: Duration = .seconds(60)
 
   /// A configuration with the profile's defaults.
   public init(

@@ -13,7 +13,7 @@ import Synchronization
 final class ServerSession: Sendable {
   private struct FidState {
     var node: Node
-    var uname: String
+    var user: BoardUser
     var openMode: OpenMode?
     var fd: Int32?
   }
@@ -22,7 +22,7 @@ final class ServerSession: Sendable {
     var fid: Fid
     var room: String
     var count: Int
-    var uname: String
+    var user: BoardUser
     var waiter: ChatWaiterID
     var generation: UInt64
   }
@@ -30,9 +30,13 @@ final class ServerSession: Sendable {
   private struct State {
     var msize: Int
     var fids: [Fid: FidState] = [:]
+    /// Afids: fids of Tauth, which name no node.
+    var auth = AuthTable()
     var parked: [Tag: Parked] = [:]
     var generation: UInt64 = 0
     var closed = false
+    /// A Tversion has been answered: until then only Tversion is served.
+    var versioned = false
   }
 
   let id: Int
@@ -85,6 +89,17 @@ final class ServerSession: Sendable {
     state.parked.removeAll()
     for fid in state.fids.values { if let fd = fid.fd { Glibc.close(fd) } }
     state.fids.removeAll()
+    state.auth.removeAll()
+  }
+
+  /// Whether a new fid (or afid) may be made with this number.
+  private func checkNewFid(_ fid: Fid, _ state: State) throws(NinePFailure) {
+    guard state.fids[fid] == nil, !state.auth.isAuthFid(fid) else {
+      throw NinePFailure("FID already in use")
+    }
+    guard state.fids.count + state.auth.count < configuration.maxFids else {
+      throw NinePFailure("cannot allocate newfid")
+    }
   }
 
   // MARK: Requests
@@ -170,6 +185,13 @@ final class ServerSession: Sendable {
   private func handle(
     _ message: Message, tag: Tag, state: inout State, before: inout [[UInt8]]
   ) throws(NinePFailure) -> Message? {
+    if !state.versioned {
+      // As Plan 9 servers do: nothing but Tversion before a version is agreed.
+      guard case .tversion = message else {
+        logger.warning("session \(id): \(message.type) before Tversion; refusing")
+        throw NinePFailure("version not negotiated")
+      }
+    }
     switch message {
     case .tversion(let msize, let version):
       // Gen-1 wants exactly 9P2000; HEAD leaves the session untouched on an unknown version.
@@ -181,17 +203,25 @@ final class ServerSession: Sendable {
       guard msize >= 64 else { throw NinePFailure("bad Tversion") }
       // A new version drops parked reads without replies and clunks every fid.
       reset(&state)
+      state.versioned = true
       state.msize = min(Int(msize), configuration.maxMessageSize)
       return .rversion(msize: UInt32(state.msize), version: NineP.version)
 
-    case .tauth:
-      throw NinePFailure("authentication not required")
-
-    case .tattach(let fid, _, let uname, let aname):
-      guard state.fids[fid] == nil else { throw NinePFailure("FID already in use") }
-      guard state.fids.count < configuration.maxFids else {
-        throw NinePFailure("cannot allocate newfid")
+    case .tauth(let afid, let uname, _):
+      guard configuration.auth != .off else { throw NinePFailure("authentication not required") }
+      guard (1...AuthTable.maxIdentity).contains(uname.utf8.count) else {
+        throw NinePFailure("invalid identity")
       }
+      do {
+        try checkNewFid(afid, state)
+      } catch {
+        throw NinePFailure("cannot allocate afid")
+      }
+      return .rauth(aqid: try state.auth.begin(afid: afid, claimed: uname))
+
+    case .tattach(let fid, let afid, let uname, let aname):
+      let user = try attachingUser(afid: afid, uname: uname, state: state)
+      try checkNewFid(fid, state)
       var node = Node.root
       for name in aname.split(separator: "/") where !name.isEmpty {
         guard let next = tree.walk(from: node, name: String(name)) else {
@@ -199,9 +229,9 @@ final class ServerSession: Sendable {
         }
         node = next
       }
-      tree.board.etc.register(user: uname)
-      state.fids[fid] = FidState(node: node, uname: uname)
-      logger.debug("session \(id): attach fid \(fid) uname '\(uname)' aname '\(aname)'")
+      tree.board.etc.register(user: user.id)
+      state.fids[fid] = FidState(node: node, user: user)
+      logger.debug("session \(id): attach fid \(fid) uname '\(uname)' as \(user) aname '\(aname)'")
       return .rattach(qid: tree.walkQid(node))
 
     case .tflush(let oldtag):
@@ -217,10 +247,7 @@ final class ServerSession: Sendable {
       if newfid == fid {
         if device { throw NinePFailure("cannot allocate newfid") }
       } else {
-        guard state.fids[newfid] == nil else { throw NinePFailure("FID already in use") }
-        guard state.fids.count < configuration.maxFids else {
-          throw NinePFailure("cannot allocate newfid")
-        }
+        try checkNewFid(newfid, state)
       }
       guard names.count <= NineP.maxWalkElements else {
         throw NinePFailure("too many name elements")
@@ -237,7 +264,7 @@ final class ServerSession: Sendable {
         if qids.isEmpty || gen1 { throw NinePFailure.notFound }
         return .rwalk(qids: qids)
       }
-      state.fids[newfid] = FidState(node: node, uname: source.uname)
+      state.fids[newfid] = FidState(node: node, user: source.user)
       return .rwalk(qids: qids)
 
     case .topen(let fid, let mode):
@@ -258,13 +285,18 @@ final class ServerSession: Sendable {
       guard var entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
       guard entry.openMode == nil else { throw NinePFailure("fid already open") }
       let created = try tree.create(
-        in: entry.node, name: name, perm: perm, mode: mode, user: entry.uname)
+        in: entry.node, name: name, perm: perm, mode: mode, user: entry.user)
       entry.node = created.node
       entry.fd = created.fd
       entry.openMode = mode
       state.fids[fid] = entry
       logger.debug("session \(id): created \(created.node.path)")
       return .rcreate(qid: tree.walkQid(created.node), iounit: device ? 0 : iounit(state))
+
+    case .tread(let fid, let offset, let count) where state.auth.isAuthFid(fid):
+      return .rread(
+        data: try state.auth.read(
+          afid: fid, offset: offset, count: Int(count), lifetime: configuration.challengeLifetime))
 
     case .tread(let fid, let offset, let count):
       guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
@@ -276,24 +308,31 @@ final class ServerSession: Sendable {
       if case .chatRoom(let room) = entry.node {
         if gen1 { return try readGen1Chat(room: room, count: limit) }
         return try readChat(
-          room: room, fid: fid, tag: tag, count: limit, uname: entry.uname, state: &state,
+          room: room, fid: fid, tag: tag, count: limit, user: entry.user, state: &state,
           before: &before)
       }
       return .rread(
         data: try tree.read(
-          entry.node, offset: offset, count: limit, user: entry.uname, fd: entry.fd))
+          entry.node, offset: offset, count: limit, user: entry.user, fd: entry.fd))
+
+    case .twrite(let fid, _, let data) where state.auth.isAuthFid(fid):
+      let count = try state.auth.write(
+        afid: fid, data: data, lifetime: configuration.challengeLifetime, logger: logger,
+        session: id)
+      return .rwrite(count: UInt32(count))
 
     case .twrite(let fid, let offset, let data):
       guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
       guard let mode = entry.openMode else { throw NinePFailure("fid not open") }
       guard mode.allowsWriting else { throw NinePFailure("fid not open for writing") }
       // Any Twrite, even one that fails, makes its uname the Gen-1 board's user.
-      if gen1 { tree.noteWriter(entry.uname) }
+      if gen1 { tree.noteWriter(entry.user.id) }
       let count = try tree.write(
-        entry.node, offset: offset, data: data, user: entry.uname, fd: entry.fd)
+        entry.node, offset: offset, data: data, user: entry.user, fd: entry.fd)
       return .rwrite(count: UInt32(clamping: count))
 
     case .tclunk(let fid):
+      state.auth.remove(fid)
       answerParked(onFid: fid, state: &state, before: &before)
       if let entry = state.fids.removeValue(forKey: fid), let fd = entry.fd { Glibc.close(fd) }
       return .rclunk
@@ -313,7 +352,7 @@ final class ServerSession: Sendable {
     case .tstat(let fid):
       guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
       if case .files(let path) = entry.node { _ = try tree.files?.info(path) }
-      return .rstat(stat: tree.stat(entry.node, user: entry.uname))
+      return .rstat(stat: tree.stat(entry.node, user: entry.user))
 
     case .twstat(let fid, let stat):
       guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
@@ -325,6 +364,24 @@ final class ServerSession: Sendable {
     default:
       throw NinePFailure("operation not supported")
     }
+  }
+
+  /// Who a Tattach makes its fid belong to (facts §6): without authentication the uname; with
+  /// it the identity its afid proved, else a guest, unless authentication is required.
+  private func attachingUser(afid: Fid, uname: String, state: State) throws(NinePFailure)
+    -> BoardUser
+  {
+    guard configuration.auth != .off else { return BoardUser(uname) }
+    if afid != NineP.noFid {
+      if let identity = try state.auth.verifiedIdentity(afid: afid, uname: uname) {
+        return BoardUser(
+          id: identity.hex, name: configuration.nicknames[identity.hex] ?? identity.short)
+      }
+      if configuration.auth == .required { throw NinePFailure("authentication incomplete") }
+    } else if configuration.auth == .required {
+      throw NinePFailure("authentication required")
+    }
+    return .guest
   }
 
   private func iounit(_ state: State) -> UInt32 {
@@ -352,14 +409,15 @@ final class ServerSession: Sendable {
   private func readGen1Chat(room: String, count: Int) throws(NinePFailure) -> Message {
     do {
       return .rread(
-        data: try tree.board.chat.read(room: room, user: tree.authenticatedUser, count: count))
+        data: try tree.board.chat.read(
+          room: room, user: BoardUser(tree.authenticatedUser), count: count))
     } catch {
       throw NinePFailure(error, operation: "read")
     }
   }
 
   private func readChat(
-    room: String, fid: Fid, tag: Tag, count: Int, uname: String, state: inout State,
+    room: String, fid: Fid, tag: Tag, count: Int, user: BoardUser, state: inout State,
     before: inout [[UInt8]]
   ) throws(NinePFailure) -> Message? {
     // One parked read per fid: a new Tread answers the old one with Rread(0).
@@ -375,7 +433,7 @@ final class ServerSession: Sendable {
     }
     let outcome: ChatReadOutcome
     do {
-      outcome = try tree.board.chat.readOrPark(room: room, user: uname, count: count, wake: wake)
+      outcome = try tree.board.chat.readOrPark(room: room, user: user, count: count, wake: wake)
     } catch {
       throw NinePFailure(error, operation: "read")
     }
@@ -385,7 +443,7 @@ final class ServerSession: Sendable {
     case .parked(let waiter):
       state.generation = generation
       state.parked[tag] = Parked(
-        fid: fid, room: room, count: count, uname: uname, waiter: waiter, generation: generation)
+        fid: fid, room: room, count: count, user: user, waiter: waiter, generation: generation)
       logger.debug("session \(id): parked read tag \(tag) on \(room)")
       return nil
     }
@@ -410,7 +468,7 @@ final class ServerSession: Sendable {
       let reply: Message
       do throws(BoardError) {
         let outcome = try tree.board.chat.readOrPark(
-          room: parked.room, user: parked.uname, count: parked.count,
+          room: parked.room, user: parked.user, count: parked.count,
           wake: makeWake(tag: tag, generation: next))
         switch outcome {
         case .data(let bytes): reply = .rread(data: bytes)

@@ -135,7 +135,7 @@ final class Tree: Sendable {
   }
 
   /// The entry a listing of the node's parent shows for it.
-  func listingStat(_ node: Node, user: String) -> Stat {
+  func listingStat(_ node: Node, user: BoardUser) -> Stat {
     let isDir = isDirectory(node)
     var mode: FileMode
     var length: UInt64 = 0
@@ -143,7 +143,7 @@ final class Tree: Sendable {
     var atime: UInt32 = 0
     switch node {
     case .etcFile(let field):
-      mode = FileMode(permissions: field.isWritable && board.etc.isAdmin(user) ? 0o644 : 0o444)
+      mode = FileMode(permissions: field.isWritable && board.etc.isAdmin(user.id) ? 0o644 : 0o444)
       if !device { length = UInt64(board.etc.read(field).count) }
     case .netsFile: mode = FileMode(permissions: 0o644)
     case .boardMessage(let room, let id):
@@ -174,7 +174,7 @@ final class Tree: Sendable {
   }
 
   /// What Tstat says about a node.
-  func stat(_ node: Node, user: String) -> Stat {
+  func stat(_ node: Node, user: BoardUser) -> Stat {
     guard device else { return listingStat(node, user: user) }
     if case .files = node { return listingStat(node, user: user) }
     let isFile = deviceWalkIsFile(node)
@@ -206,7 +206,7 @@ final class Tree: Sendable {
 
   /// A directory read: whole stat entries starting at byte `offset` of the listing, at most
   /// `count` bytes.
-  func readDirectory(_ node: Node, offset: UInt64, count: Int, user: String) throws(NinePFailure)
+  func readDirectory(_ node: Node, offset: UInt64, count: Int, user: BoardUser) throws(NinePFailure)
     -> [UInt8]
   {
     var out: [UInt8] = []
@@ -224,7 +224,7 @@ final class Tree: Sendable {
   // MARK: Reading and writing
 
   /// Reads a node that is not a chat room (those park; see ServerSession).
-  func read(_ node: Node, offset: UInt64, count: Int, user: String, fd: Int32?)
+  func read(_ node: Node, offset: UInt64, count: Int, user: BoardUser, fd: Int32?)
     throws(NinePFailure) -> [UInt8]
   {
     func slice(_ bytes: [UInt8]) -> [UInt8] {
@@ -265,7 +265,7 @@ final class Tree: Sendable {
   }
 
   /// Writes a node; returns the count to report.
-  func write(_ node: Node, offset: UInt64, data: [UInt8], user: String, fd: Int32?)
+  func write(_ node: Node, offset: UInt64, data: [UInt8], user: BoardUser, fd: Int32?)
     throws(NinePFailure) -> Int
   {
     do {
@@ -274,7 +274,7 @@ final class Tree: Sendable {
         try board.chat.post(payload: data, author: user)
         return data.count
       case .etcFile(let field):
-        return try board.etc.write(field, offset: offset, data: data, user: user)
+        return try board.etc.write(field, offset: offset, data: data, user: user.id)
       case .boardMessage(let room, let id):
         return try board.rooms.write(in: room, id: id, offset: offset, data: data)
       case .files:
@@ -299,7 +299,7 @@ final class Tree: Sendable {
   /// Tcreate in `parent`: a board room at the root, a message in a board room, a file or
   /// directory in the files area. Returns the new node and, for files, an open descriptor.
   func create(
-    in parent: Node, name: String, perm: FileMode, mode: OpenMode, user: String
+    in parent: Node, name: String, perm: FileMode, mode: OpenMode, user: BoardUser
   ) throws(NinePFailure) -> (node: Node, fd: Int32?) {
     do {
       switch parent {
@@ -307,7 +307,7 @@ final class Tree: Sendable {
         try board.createRoomAtRoot(name)
         return (.boardRoom(name), nil)
       case .boardRoom(let room):
-        let message = try board.rooms.createMessage(in: room, name: name, author: user)
+        let message = try board.rooms.createMessage(in: room, name: name, author: user.name)
         return (.boardMessage(room: room, id: message.id), nil)
       case .files(let path):
         guard let files else { throw NinePFailure.noSuchFile }
