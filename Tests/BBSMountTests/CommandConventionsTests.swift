@@ -358,13 +358,7 @@ final class CommandConventionsTests: XCTestCase {
   private func run(_ name: String, _ arguments: [String], timeout: TimeInterval = 30) throws -> (
     status: Int32, output: String
   ) {
-    let child = ChildProcess(binary(name), arguments)
-    try child.start()
-    guard child.wait(timeout: timeout) else {
-      child.stop()
-      throw HarnessError("\(name) \(arguments) ran over \(timeout) s: \(child.text)")
-    }
-    return (child.process.terminationStatus, child.text)
+    try runBuilt(name, arguments, timeout: timeout)
   }
 
   /// Whether `line` has a `!` outside single or double quotes.
@@ -382,26 +376,9 @@ final class CommandConventionsTests: XCTestCase {
     return false
   }
 
-  private func startServer() throws -> ServerProcess {
-    let server = try ServerProcess(transport: "tcp")
-    addTeardownBlock { server.stop() }
-    return server
-  }
+  private func startServer() throws -> ServerProcess { try startServerProcess() }
 
-  /// A private directory with an empty `mnt`; on teardown anything mounted there is unmounted
-  /// and its daemons killed.
-  private func temporaryDirectory() throws -> String {
-    let directory = try makeTemporaryDirectory("mount9bbs-conv")
-    let mountpoint = directory + "/mnt"
-    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: false)
-    addTeardownBlock {
-      forceUnmount(mountpoint)
-      for pid in mountDaemons(serving: mountpoint) { kill(pid, SIGKILL) }
-      guard !isMounted(mountpoint) else { return }
-      try? FileManager.default.removeItem(atPath: directory)
-    }
-    return directory
-  }
+  private func temporaryDirectory() throws -> String { try makeMountDirectory("mount9bbs-conv") }
 }
 
 /// A FUSE file system that answers nothing: stands in for another program's mount.

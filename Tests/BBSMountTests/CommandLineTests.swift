@@ -269,15 +269,7 @@ final class CommandLineTests: XCTestCase {
   private func mount9bbs(
     _ arguments: [String], environment: [String: String]? = nil, timeout: TimeInterval = 20
   ) throws -> (status: Int32, output: String) {
-    let child = ChildProcess(
-      BuiltProducts.path(of: "mount9bbs"), arguments, environment: environment)
-    try child.start()
-    guard child.wait(timeout: timeout) else {
-      child.stop()
-      throw HarnessError("mount9bbs \(arguments) ran over \(timeout) s: \(child.text)")
-    }
-    _ = waitUntil(timeout: 1) { child.outputEnded }
-    return (child.process.terminationStatus, child.text)
+    try runBuilt("mount9bbs", arguments, environment: environment, timeout: timeout)
   }
 
   /// Mounting `address` fails, detached and with -f, with every one of `phrases` in the
@@ -289,45 +281,14 @@ final class CommandLineTests: XCTestCase {
     let directory = try directory ?? temporaryDirectory()
     let mountpoint = mountpoint ?? directory + "/mnt"
     let optionArguments = options.isEmpty ? [] : ["-o", options.joined(separator: ",")]
-    for foreground in [false, true] {
-      let arguments =
-        (foreground ? ["-f"] : []) + optionArguments + [address, mountpoint]
-      let result = try mount9bbs(arguments)
-      let context = "mount9bbs \(arguments.joined(separator: " ")):\n\(result.output)"
-      XCTAssertNotEqual(result.status, 0, context, file: file, line: line)
-      for phrase in phrases {
-        XCTAssertTrue(
-          result.output.contains(phrase), "missing “\(phrase)” in \(context)", file: file,
-          line: line)
-      }
-      XCTAssertFalse(isMounted(mountpoint), "left a mount: \(context)", file: file, line: line)
-      XCTAssertTrue(
-        waitUntil(timeout: 5) { mountDaemons(serving: mountpoint).isEmpty },
-        "left a daemon: \(context)", file: file, line: line)
-    }
+    try assertMountFails(
+      optionArguments + [address, mountpoint], at: mountpoint, saying: phrases, file: file,
+      line: line)
   }
 
-  /// A 9bbsd over TCP, stopped with the test.
-  private func startServer() throws -> ServerProcess {
-    let server = try ServerProcess(transport: "tcp")
-    addTeardownBlock { server.stop() }
-    return server
-  }
+  private func startServer() throws -> ServerProcess { try startServerProcess() }
 
-  /// A private directory with an empty `mnt` in it; on teardown, anything mounted there is
-  /// unmounted and any daemon serving it killed before the directory goes.
-  private func temporaryDirectory() throws -> String {
-    let directory = try makeTemporaryDirectory("mount9bbs-cli")
-    let mountpoint = directory + "/mnt"
-    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: false)
-    addTeardownBlock {
-      forceUnmount(mountpoint)
-      for pid in mountDaemons(serving: mountpoint) { kill(pid, SIGKILL) }
-      guard !isMounted(mountpoint) else { return }
-      try? FileManager.default.removeItem(atPath: directory)
-    }
-    return directory
-  }
+  private func temporaryDirectory() throws -> String { try makeMountDirectory("mount9bbs-cli") }
 }
 
 /// A server that speaks some other 9P: it answers every Tversion with Rversion "unknown"

@@ -39,14 +39,7 @@ final class IdentityMountTests: XCTestCase {
   private func mount9bbs(_ arguments: [String], _ environment: [String: String]) throws -> (
     status: Int32, output: String
   ) {
-    let child = ChildProcess(
-      BuiltProducts.path(of: "mount9bbs"), arguments, environment: environment)
-    try child.start()
-    guard child.wait(timeout: 20) else {
-      child.stop()
-      throw HarnessError("mount9bbs \(arguments) ran over 20 s: \(child.text)")
-    }
-    return (child.process.terminationStatus, child.text)
+    try runBuilt("mount9bbs", arguments, environment: environment)
   }
 
   /// `mount9bbs keygen` for `user`; returns the identity it printed.
@@ -93,27 +86,10 @@ final class IdentityMountTests: XCTestCase {
     saying phrases: [String], file: StaticString = #filePath, line: UInt = #line
   ) throws {
     let mountpoint = try mountpoint()
-    for foreground in [false, true] {
-      let arguments =
-        (foreground ? ["-f"] : [])
-        + (options.isEmpty ? [] : ["-o", options.joined(separator: ",")])
-        + [server.address, mountpoint]
-      let result = try mount9bbs(arguments, environment)
-      let context = "mount9bbs \(arguments.joined(separator: " ")):\n\(result.output)"
-      XCTAssertNotEqual(result.status, 0, context, file: file, line: line)
-      let lines = result.output.split(separator: "\n")
-      XCTAssertEqual(lines.count, 1, "not one line: \(context)", file: file, line: line)
-      XCTAssertTrue(lines.first?.hasPrefix("mount9bbs: ") ?? false, context, file: file, line: line)
-      for phrase in phrases {
-        XCTAssertTrue(
-          result.output.contains(phrase), "missing “\(phrase)” in \(context)", file: file,
-          line: line)
-      }
-      XCTAssertFalse(isMounted(mountpoint), "left a mount: \(context)", file: file, line: line)
-      XCTAssertTrue(
-        waitUntil(timeout: 5) { mountDaemons(serving: mountpoint).isEmpty },
-        "left a daemon: \(context)", file: file, line: line)
-    }
+    try assertMountFails(
+      (options.isEmpty ? [] : ["-o", options.joined(separator: ",")])
+        + [server.address, mountpoint], at: mountpoint, environment: environment,
+      saying: phrases, oneLine: true, file: file, line: line)
   }
 
   // MARK: Tests

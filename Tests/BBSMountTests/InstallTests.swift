@@ -136,17 +136,7 @@ final class InstallTests: XCTestCase {
   }
 
   /// A private directory with an empty `mnt`, cleaned up (mount and daemons too) on teardown.
-  private func mountDirectory() throws -> String {
-    let directory = try makeTemporaryDirectory("mount9bbs-fstab")
-    let mountpoint = directory + "/mnt"
-    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: false)
-    addTeardownBlock {
-      for pid in mountDaemons(serving: mountpoint) { kill(pid, SIGKILL) }
-      forceUnmount(mountpoint)
-      if !isMounted(mountpoint) { try? FileManager.default.removeItem(atPath: directory) }
-    }
-    return directory
-  }
+  private func mountDirectory() throws -> String { try makeMountDirectory("mount9bbs-fstab") }
 
   /// The mount serves, under `uname`, with the mount9bbs type.
   private func expectServing(
