@@ -45,8 +45,9 @@ public enum IdentityError: Error, Equatable, Sendable, CustomStringConvertible {
       return "the key \(origin) is damaged: \(detail)"
     case .encrypted(let path):
       return
-        "the key \(path) is protected by a passphrase, which mount9bbs cannot decrypt yet; "
-        + "add it to your ssh-agent (ssh-add \(path)) and mount with -o identity=agent"
+        "the key \(path) is protected by a passphrase; mount9bbs asks for it when it runs on "
+        + "a terminal, or add the key to your ssh-agent (ssh-add \(path)) and mount with "
+        + "-o identity=agent"
     case .unsupportedKeyType(let origin, let type):
       return
         "\(origin) is a \(type) key; a board takes Ed25519 or ECDSA P-256 keys only "

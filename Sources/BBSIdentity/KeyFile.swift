@@ -71,6 +71,14 @@ public enum KeyFile {
     return first.hasPrefix("ssh-") || first.hasPrefix("ecdsa-")
   }
 
+  /// The key in `text`, a key file's contents read as ``load(_:)`` reads a file (without its
+  /// ownership and permission checks: the caller has them); `origin` names it in errors.
+  public static func key(fromText text: String, origin: String) throws(IdentityError)
+    -> PrivateKey
+  {
+    try parse(text, path: origin)
+  }
+
   /// Reads a key file's text.
   static func parse(_ text: String, path: String) throws(IdentityError) -> PrivateKey {
     if text.contains(OpenSSHKey.begin) {

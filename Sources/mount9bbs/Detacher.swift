@@ -12,7 +12,7 @@ enum Detacher {
   static let spawnSetSID: Int32 = 0x80
 
   /// Spawns the daemon with `arguments` plus the readiness pipe and waits for its verdict.
-  static func spawnAndWait(arguments given: [String]) -> Int32 {
+  static func spawnAndWait(arguments given: [String], keeping kept: [Int32] = []) -> Int32 {
     var fds: [Int32] = [0, 0]
     guard pipe(&fds) == 0 else {
       Diagnostics.fail("mount9bbs: cannot create a pipe: \(String(cString: strerror(errno)))")
@@ -34,7 +34,7 @@ enum Detacher {
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
     posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
     posix_spawn_file_actions_adddup2(&actions, writeEnd, 2)
-    for descriptor in inheritedDescriptors(keeping: writeEnd) {
+    for descriptor in inheritedDescriptors(keeping: writeEnd) where !kept.contains(descriptor) {
       posix_spawn_file_actions_addclose(&actions, descriptor)
     }
     var attributes = posix_spawnattr_t()
@@ -49,6 +49,7 @@ enum Detacher {
     var pid: pid_t = 0
     let rc = posix_spawn(&pid, executable, &actions, &attributes, argv, environ)
     close(writeEnd)
+    kept.forEach { close($0) }
     guard rc == 0 else {
       Diagnostics.fail("mount9bbs: cannot start the daemon: \(String(cString: strerror(rc)))")
       return 1

@@ -167,6 +167,10 @@ struct MountCommand: ParsableCommand {
   @Option(name: .customLong("ready-fd"), help: .hidden)
   var readyFD: Int32?
 
+  /// A pipe holding the key the front process unlocked with the user's passphrase.
+  @Option(name: .customLong("key-fd"), help: .hidden)
+  var keyFD: Int32?
+
   /// Dial strings the front process resolved a board name to (for the detached daemon).
   @Option(name: .customLong("resolved"), help: .hidden)
   var resolved: [String] = []
@@ -193,11 +197,22 @@ struct MountCommand: ParsableCommand {
       return try Unmounter.unmount(arguments[0], force: force)
     }
     let mountpoint = arguments[arguments.count - 1]
-    let parsed: ParsedOptions
+    var parsed: ParsedOptions
     do {
       parsed = try ParsedOptions(options)
     } catch {
       throw ValidationError("\(error)")
+    }
+    if let keyFD {
+      parsed.unlockedKey = UnlockedKeyPipe.receive(from: keyFD)
+    } else if !local {
+      // A passphrase is asked for here, while the terminal is ours.
+      do throws(MountError) {
+        parsed = try parsed.unlockingKey()
+      } catch {
+        Diagnostics.fail("mount9bbs: \(error)")
+        throw ExitCode(1)
+      }
     }
     let debug = debug || parsed.debug
     var addresses: [TransportAddress] = []
@@ -219,9 +234,18 @@ struct MountCommand: ParsableCommand {
       if code != 0 { throw ExitCode(code) }
       return
     }
-    let handOver = resolved.isEmpty ? addresses.flatMap { ["--resolved", $0.description] } : []
+    var handOver = resolved.isEmpty ? addresses.flatMap { ["--resolved", $0.description] } : []
+    var kept: [Int32] = []
+    if let unlockedKey = parsed.unlockedKey {
+      guard let descriptor = UnlockedKeyPipe.send(unlockedKey) else {
+        Diagnostics.fail("mount9bbs: cannot hand the unlocked key to the daemon")
+        throw ExitCode(1)
+      }
+      handOver += ["--key-fd", String(descriptor)]
+      kept.append(descriptor)
+    }
     throw ExitCode(
-      Detacher.spawnAndWait(arguments: Mount9BBSMain.arguments + handOver))
+      Detacher.spawnAndWait(arguments: Mount9BBSMain.arguments + handOver, keeping: kept))
   }
 
   /// The addresses to dial for ADDRESS, most preferred first: `ADDR1,ADDR2,…` lists

@@ -19,7 +19,11 @@ extension ParsedOptions {
     }
     let signer: any Signer
     do {
-      signer = try source.load()
+      if let unlockedKey {
+        signer = try KeyFile.key(fromText: unlockedKey.text, origin: unlockedKey.origin)
+      } else {
+        signer = try source.load()
+      }
     } catch {
       throw .refused("\(error)")
     }
@@ -27,6 +31,36 @@ extension ParsedOptions {
       identity: signer.identity.hex, policy: auth == .required ? .required : .auto
     ) { challenge in
       try ChallengeResponse.respond(to: challenge, with: signer)
+    }
+  }
+}
+
+// MARK: - Keys with a passphrase
+
+extension ParsedOptions {
+  /// The options with the key unlocked, when the key to use is a file protected by a
+  /// passphrase: asked for on the terminal here, before the daemon detaches from it.
+  func unlockingKey() throws(MountError) -> ParsedOptions {
+    guard auth != .off, unlockedKey == nil else { return self }
+    let defaultKey = KeyFile.defaultPath()
+    let path: String
+    switch identity {
+    case .file(let given)?: path = given
+    case .agent?: return self
+    case nil:
+      guard FileManager.default.fileExists(atPath: defaultKey) else { return self }
+      path = defaultKey
+    }
+    do {
+      _ = try KeyFile.load(path)
+      return self
+    } catch .encrypted {
+      var unlocked = self
+      unlocked.unlockedKey = UnlockedKey(text: try PassphrasePrompt.unlock(path), origin: path)
+      return unlocked
+    } catch {
+      // The daemon reports it, as for any key it cannot use.
+      return self
     }
   }
 }

@@ -43,6 +43,9 @@ struct ParsedOptions {
   var identity: KeySource?
   /// `auth=auto|required|off`.
   var auth: AuthMode = .auto
+  /// The key file's contents, unlocked with the passphrase the user typed (see
+  /// MountIdentity.swift); the daemon gets them through an inherited pipe (`--key-fd`).
+  var unlockedKey: UnlockedKey?
   var passthrough: [String] = []
 
   /// When to authenticate (see MountIdentity.swift).

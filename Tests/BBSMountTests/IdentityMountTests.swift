@@ -132,6 +132,90 @@ final class IdentityMountTests: XCTestCase {
       server, try user("nobody"), saying: ["admits no guests", "mount9bbs keygen"])
   }
 
+  /// A key with a passphrase, mounted from a terminal: the passphrase is asked for there
+  /// (not echoed), the detached mount posts under the key's identity; a wrong passphrase is
+  /// one clear line and no mount. (Without a terminal: see testEveryRefusalIsOneClearLine.)
+  func testAKeyWithAPassphraseIsUnlockedOnTheTerminal() throws {
+    let server = try startServer()
+    let carol = try user("carol")
+    let key = directory + "/id_locked"
+    XCTAssertEqual(try shell("ssh-keygen -q -t ed25519 -N 'open sesame' -f \(key)").status, 0)
+    let mountpoint = try mountpoint()
+    let arguments = ["-o", "identity=" + key, server.address, mountpoint]
+
+    let wrong = try runOnTerminal(arguments, answering: "guess", environment: carol)
+    XCTAssertEqual(wrong.status, 1, wrong.output)
+    XCTAssertTrue(wrong.output.contains("Passphrase for \(key): "), wrong.output)
+    XCTAssertTrue(
+      wrong.output.contains("mount9bbs: wrong passphrase for the key \(key)"), wrong.output)
+    XCTAssertFalse(wrong.output.contains("guess"), "the passphrase was echoed")
+    XCTAssertFalse(isMounted(mountpoint))
+
+    let right = try runOnTerminal(arguments, answering: "open sesame", environment: carol)
+    XCTAssertEqual(right.status, 0, right.output)
+    XCTAssertFalse(right.output.contains("open sesame"), "the passphrase was echoed")
+    XCTAssertTrue(isMounted(mountpoint))
+    let status = try mount9bbs(["status", mountpoint], carol)
+    let identity = try XCTUnwrap(
+      status.output.firstRange(of: /identity ([0-9a-f]{40})/).map {
+        String(status.output[$0].dropFirst("identity ".count))
+      }, status.output)
+    let tail = try background(self, "/usr/bin/tail", ["-f", mountpoint + "/chat/lobby"])
+    try sh("echo 'unlocked' > \(mountpoint)/chat/post")
+    XCTAssertTrue(
+      waitUntil(timeout: 10) {
+        chatLines(tail.text) == [ChatLine(author: String(identity.prefix(8)), text: "unlocked")]
+      }, tail.text)
+    tail.stop()
+    XCTAssertEqual(try mount9bbs(["-u", mountpoint], carol).status, 0)
+    // Nothing of the unlocked key stays on disk.
+    let runtime = (try? FileManager.default.contentsOfDirectory(atPath: "/run/mount9bbs")) ?? []
+    XCTAssertFalse(runtime.contains { $0.hasPrefix("unlock-") }, "\(runtime)")
+  }
+
+  /// Runs `mount9bbs ARGUMENTS` with a pseudo-terminal as its controlling terminal and stdio
+  /// (as from a shell), typing `answer` at the passphrase prompt; status and all it showed.
+  private func runOnTerminal(
+    _ arguments: [String], answering answer: String, environment: [String: String]
+  ) throws -> (status: Int32, output: String) {
+    let script = """
+      import os, pty, select, sys, time
+      answer, argv = sys.argv[1], sys.argv[2:]
+      pid, fd = pty.fork()
+      if pid == 0:
+          os.execv(argv[0], argv)
+      out, sent, deadline = b"", False, time.time() + 30
+      while time.time() < deadline:
+          ready, _, _ = select.select([fd], [], [], 0.2)
+          if not ready:
+              continue
+          try:
+              data = os.read(fd, 4096)
+          except OSError:
+              break
+          if not data:
+              break
+          out += data
+          if not sent and b"Passphrase for" in out:
+              os.write(fd, (answer + "\\n").encode())
+              sent = True
+      _, status = os.waitpid(pid, 0)
+      sys.stdout.write(out.decode(errors="replace"))
+      sys.exit(os.waitstatus_to_exitcode(status))
+      """
+    let path = directory + "/terminal.py"
+    try script.write(toFile: path, atomically: true, encoding: .utf8)
+    let child = ChildProcess(
+      "/usr/bin/python3", [path, answer, BuiltProducts.path(of: "mount9bbs")] + arguments,
+      environment: environment)
+    try child.start()
+    guard child.wait(timeout: 40) else {
+      child.stop()
+      throw HarnessError("mount9bbs on a terminal ran over 40 s: \(child.text)")
+    }
+    return (child.process.terminationStatus, child.text)
+  }
+
   func testAP256KeyAndAnSSHAgentKey() throws {
     let server = try startServer()
     // Carol: a P-256 key made by keygen at a path of her choosing.
