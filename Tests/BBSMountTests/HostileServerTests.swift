@@ -300,6 +300,35 @@ final class RealServerHostileTests: XCTestCase {
     rig.assertNoViolations()
   }
 
+  /// `echo … > chat/post` to a stopped server: Ctrl-C ends it at once, and the post is not
+  /// lost for it (it cannot be unsent): it reaches the room once the server runs again.
+  func testCtrlCEndsAPostWhileTheServerIsStopped() throws {
+    let rig = try MountRig.start(.multiplexTCP, for: self, mountOptions: ["timeout=60"])
+    XCTAssertEqual(try sh("ls '\(rig.path("chat"))'").isEmpty, false)
+    let server = rig.server.child
+    server.signal(SIGSTOP)
+    addTeardownBlock { server.signal(SIGCONT) }
+    let post = ChildProcess(
+      "/bin/sh", ["-c", "echo 'sent while stopped' > '\(rig.path("chat/post"))'"])
+    try post.start()
+    addTeardownBlock { post.stop(grace: 2) }
+    let pid = post.process.processIdentifier
+    XCTAssertTrue(waitUntil(timeout: 15) { waitsForFuse(pid) || !post.isRunning }, post.text)
+    XCTAssertTrue(post.isRunning, "the post did not wait for the stopped server: \(post.text)")
+    let interrupted = ContinuousClock.now
+    post.signal(SIGINT)
+    XCTAssertTrue(post.wait(timeout: 5), "echo > chat/post ignored Ctrl-C")
+    print("post to a stopped server: ended \(interrupted.duration(to: .now)) after Ctrl-C")
+    server.signal(SIGCONT)
+    let reader = try background(self, "/usr/bin/tail", ["-f", rig.path("chat/lobby")])
+    XCTAssertTrue(
+      waitUntil(timeout: 30) { chatTexts(reader.text).contains("sent while stopped") },
+      reader.text)
+    reader.stop()
+    XCTAssertEqual(chatTexts(reader.text).filter { $0 == "sent while stopped" }.count, 1)
+    rig.assertNoViolations()
+  }
+
   /// Bytes waiting unread in the server's end of its connections at `address` (a TCP port or
   /// a socket path), by `ss`.
   private static func unreadBytes(at address: String) -> Int {

@@ -27,7 +27,10 @@ final class PostHandle: OpenHandle, @unchecked Sendable {
     self.knownRooms = knownRooms
   }
 
+  /// Ctrl-C answers a write or close at once, whatever the server does; the post itself
+  /// goes on (sent, or kept in the outbox if the link dies), as a post cannot be unsent.
   func write(_ request: FuseRequest, data: [UInt8], offset: UInt64) {
+    request.onInterrupt { $0.replyError(EINTR) }
     knownRooms(chatDirectory) { [self] rooms in
       lock.lock()
       let posts = composer.append(data, knownRooms: rooms)
@@ -43,6 +46,7 @@ final class PostHandle: OpenHandle, @unchecked Sendable {
 
   /// A partial line goes out at close; close(2) reports its fate.
   func flush(_ request: FuseRequest) {
+    request.onInterrupt { $0.replyError(EINTR) }
     finish { result in request.replyError(result.errnoValue) }
   }
 
