@@ -145,9 +145,9 @@ public struct FuseRequest: @unchecked Sendable, Hashable {
   /// Answers read with the concatenation of `pieces`, handed to the kernel as one gathered
   /// write (no copy into one buffer first).
   @discardableResult
-  public func replyData(pieces: [[UInt8]]) -> Bool {
+  public func replyData(pieces: [some ContiguousBytes]) -> Bool {
     if pieces.count == 1 { return replyData(pieces[0]) }
-    let total = pieces.reduce(0) { $0 + $1.count }
+    let total = pieces.reduce(0) { sum, piece in sum + piece.withUnsafeBytes { $0.count } }
     return core.reply(self, "data \(total) bytes in \(pieces.count) pieces") { raw in
       withPinned(pieces[...], into: []) { vectors in
         fuse_reply_iov(raw, vectors, Int32(vectors.count))
@@ -157,7 +157,7 @@ public struct FuseRequest: @unchecked Sendable, Hashable {
 
   /// Pins every piece's storage for the duration of `body`, which gets their `iovec`s.
   private func withPinned(
-    _ pieces: ArraySlice<[UInt8]>, into vectors: [iovec], _ body: ([iovec]) -> Int32
+    _ pieces: ArraySlice<some ContiguousBytes>, into vectors: [iovec], _ body: ([iovec]) -> Int32
   ) -> Int32 {
     guard let first = pieces.first else { return body(vectors) }
     return first.withUnsafeBytes { buffer in

@@ -64,7 +64,7 @@ extension Session {
       case .success(let data) where data.isEmpty:
         completion(.success(listing.entries))
       case .success(let data):
-        let (decoded, problems) = Stat.decodeDirectoryEntries(data)
+        let (decoded, problems) = Stat.decodeDirectoryEntries(Array(data))
         if let problem = problems.first {
           logger.warning(
             "directory listing: \(problems.count) unreadable entr\(problems.count == 1 ? "y" : "ies") left out (\(problem))"

@@ -62,16 +62,19 @@ extension Session {
   /// Reads up to `count` bytes from `offset` in Treads of at most `chunk` bytes (and msize),
   /// ``pipelineWindow`` of them at once. Completes with the replies' data in order (no empty
   /// piece; joined, they are the bytes up to the first short read), or the first chunk's
-  /// error when no byte came. The pieces stay apart so a caller can hand them on uncopied.
+  /// error when no byte came. The pieces stay apart, each a view into its reply, so a caller
+  /// can hand them on uncopied.
   public func readPipelined(
     _ fid: Fid, offset: UInt64, count: Int, chunk: UInt32, group: RequestGroup = RequestGroup(),
-    completion: @escaping @Sendable (Result<[[UInt8]], NinePError>) -> Void
+    completion: @escaping @Sendable (Result<[ArraySlice<UInt8>], NinePError>) -> Void
   ) {
     let chunk = Int(max(1, min(chunk, maxReadCount)))
-    let pipeline = ChunkPipeline<[UInt8]>(total: count, chunk: chunk, window: pipelineWindow) {
+    let pipeline = ChunkPipeline<ArraySlice<UInt8>>(
+      total: count, chunk: chunk, window: pipelineWindow
+    ) {
       pieces in
       if case .failure(let error) = pieces.first?.result { return completion(.failure(error)) }
-      var data: [[UInt8]] = []
+      var data: [ArraySlice<UInt8>] = []
       for piece in pieces {
         guard case .success(let bytes) = piece.result else { break }
         if !bytes.isEmpty { data.append(bytes) }

@@ -6,14 +6,15 @@ extension Session {
   /// The most data one Twrite may carry on this session.
   public var maxWriteCount: Int { Int(msize) - NineP.writeOverhead }
 
-  /// Reads at most `count` bytes (clamped to what one message can carry).
+  /// Reads at most `count` bytes (clamped to what one message can carry). The data is a view
+  /// into the reply as received, not a copy.
   ///
   /// `mayPark` marks a stream read that may wait at the server: it never times out and the
   /// device profile lets other requests go once it has parked.
   @discardableResult
   public func read(
     _ fid: Fid, offset: UInt64, count: UInt32, mayPark: Bool = false,
-    completion: @escaping @Sendable (Result<[UInt8], NinePError>) -> Void
+    completion: @escaping @Sendable (Result<ArraySlice<UInt8>, NinePError>) -> Void
   ) -> RequestHandle {
     let count = min(count, maxReadCount)
     return send(

@@ -213,7 +213,7 @@ public final class Session: @unchecked Sendable {
     else { throw .authentication(.noChallenge) }
     let response: [UInt8]
     do {
-      response = try authentication.respond(challenge)
+      response = try authentication.respond(Array(challenge))
     } catch {
       throw .authentication(.signing("\(error)"))
     }

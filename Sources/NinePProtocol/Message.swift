@@ -56,7 +56,9 @@ public enum Message: Hashable, Sendable {
   case tcreate(fid: Fid, name: String, perm: FileMode, mode: OpenMode)
   case rcreate(qid: Qid, iounit: UInt32)
   case tread(fid: Fid, offset: UInt64, count: UInt32)
-  case rread(data: [UInt8])
+  /// The data read. Decoded, it is a view into the received frame (no copy), so it can be
+  /// handed on as it is; it keeps the frame alive while it lives.
+  case rread(data: ArraySlice<UInt8>)
   case twrite(fid: Fid, offset: UInt64, data: [UInt8])
   case rwrite(count: UInt32)
   case tclunk(fid: Fid)
@@ -187,7 +189,8 @@ extension Message {
 
   private var encodedCapacity: Int {
     switch self {
-    case .rread(let data), .twrite(_, _, let data): return data.count + 32
+    case .rread(let data): return data.count + 32
+    case .twrite(_, _, let data): return data.count + 32
     default: return 64
     }
   }
@@ -280,7 +283,7 @@ extension Message {
         count: try r.readUInt32("count"))
     case .rread:
       let count = Int(try r.readUInt32("count"))
-      return .rread(data: try r.readBytes(count, "data"))
+      return .rread(data: try r.readSlice(count, "data"))
     case .twrite:
       let fid = try r.readUInt32("fid")
       let offset = try r.readUInt64("offset")

@@ -129,6 +129,15 @@ public struct WireReader: Sendable {
     return Array(bytes[position..<(position + count)])
   }
 
+  /// Reads `count` bytes as a view into the frame, without copying them.
+  public mutating func readSlice(_ count: Int, _ field: String) throws(ProtocolError)
+    -> ArraySlice<UInt8>
+  {
+    try need(count, field)
+    defer { position += count }
+    return bytes[position..<(position + count)]
+  }
+
   /// Reads `len[2]` and a string. `lossy` replaces invalid UTF-8 (used for error texts, which
   /// are only shown); otherwise invalid UTF-8 is an error.
   public mutating func readString(_ field: String, lossy: Bool = false) throws(ProtocolError)

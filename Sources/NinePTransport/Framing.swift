@@ -59,6 +59,50 @@ public struct FrameAssembler: Sendable {
     return message
   }
 
+  /// Removes and returns the next message like ``nextMessage(limit:)``, but once its size is
+  /// known and it has not all arrived, receives the rest straight into the message's own
+  /// storage: the buffered part is moved in once, then `receive` is handed the unfilled
+  /// remainder until it is full. So a large message is not copied through the buffer.
+  ///
+  /// `receive` must write at most the bytes it is given and return how many it wrote (0 at end
+  /// of stream). Returns `nil` only while the size prefix is incomplete.
+  ///
+  /// - Throws: what ``nextMessage(limit:)`` throws; `truncatedMessage` when `receive` reports
+  ///   the end of stream mid-message; whatever `receive` throws. After a throw from `receive`,
+  ///   the message's bytes are gone and the stream cannot continue.
+  public mutating func nextMessage(
+    limit: Int,
+    receivingRestWith receive: (UnsafeMutableRawBufferPointer) throws(TransportError) -> Int
+  ) throws(TransportError) -> [UInt8]? {
+    if let message = try nextMessage(limit: limit) { return message }
+    guard let size = pendingMessageSize.map({ Int($0) }) else { return nil }
+    var failure: TransportError?
+    let message = [UInt8](unsafeUninitializedCapacity: size) { storage, filled in
+      let head = buffer[start...]
+      filled = head.withUnsafeBufferPointer {
+        UnsafeMutableBufferPointer(rebasing: storage[..<$0.count]).initialize(fromContentsOf: $0)
+      }
+      while filled < size {
+        do throws(TransportError) {
+          let count = try receive(
+            UnsafeMutableRawBufferPointer(UnsafeMutableBufferPointer(rebasing: storage[filled...])))
+          if count == 0 {
+            failure = .truncatedMessage(bufferedBytes: filled)
+            return
+          }
+          filled += min(count, size - filled)
+        } catch {
+          failure = error
+          return
+        }
+      }
+    }
+    buffer.removeAll(keepingCapacity: true)
+    start = 0
+    if let failure { throw failure }
+    return message
+  }
+
   /// Removes and returns every buffered byte (for raw readers taking over from framed ones).
   public mutating func drain() -> [UInt8] {
     let bytes = Array(buffer[start...])

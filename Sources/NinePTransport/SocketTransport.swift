@@ -33,6 +33,9 @@ public final class SocketTransport: MessageTransport {
   static let packetBufferSize = 65536
   /// Stream reads take up to this many bytes at a time.
   static let streamChunkSize = 65536
+  /// A stream message with at least this many bytes still to come is received straight into
+  /// its own storage rather than through the assembler's buffer (one copy fewer per byte).
+  static let directReadThreshold = 16384
 
   /// Wraps connected descriptors; the transport owns them and closes them on `close()`
   /// (descriptors 0–2 are pointed at /dev/null instead, so they never get reused).
@@ -85,6 +88,14 @@ public final class SocketTransport: MessageTransport {
     try gate.withAccess { () throws(TransportError) -> [UInt8]? in
       try receiveState.withLock { (state) throws(TransportError) -> [UInt8]? in
         while true {
+          if !isPacket, let size = state.assembler.pendingMessageSize,
+            Int(size) - state.assembler.bufferedByteCount >= Self.directReadThreshold
+          {
+            // A large message: the rest goes straight into its own storage.
+            return try state.assembler.nextMessage(limit: limit) { (rest) throws(TransportError) in
+              try readOnce(into: rest)
+            }
+          }
           if let message = try state.assembler.nextMessage(limit: limit) { return message }
           let count = try readOnce(into: &state.scratch)
           if count == 0 {
@@ -138,16 +149,26 @@ public final class SocketTransport: MessageTransport {
   {
     let capacity = isPacket ? Self.packetBufferSize : min(streamLimit, Self.streamChunkSize)
     if buffer.count < capacity { buffer = [UInt8](repeating: 0, count: capacity) }
+    return try buffer.withUnsafeMutableBytes { raw in
+      Result { () throws(TransportError) in
+        try readOnce(into: UnsafeMutableRawBufferPointer(rebasing: raw[..<capacity]))
+      }
+    }.get()
+  }
+
+  /// One read into `buffer`: a whole SDU on packet transports, else up to `buffer.count` bytes.
+  /// 0 means EOF.
+  private func readOnce(into buffer: UnsafeMutableRawBufferPointer) throws(TransportError) -> Int {
+    let capacity = buffer.count
     while true {
       _ = try gate.wait(for: readFD, events: Int16(POLLIN))
-      let count = buffer.withUnsafeMutableBytes { raw -> Int in
-        if isPacket {
-          return recv(readFD, raw.baseAddress, capacity, Int32(MSG_DONTWAIT | MSG_TRUNC))
-        } else if readIsSocket {
-          return recv(readFD, raw.baseAddress, capacity, Int32(MSG_DONTWAIT))
-        } else {
-          return Glibc.read(readFD, raw.baseAddress, capacity)
-        }
+      let count: Int
+      if isPacket {
+        count = recv(readFD, buffer.baseAddress, capacity, Int32(MSG_DONTWAIT | MSG_TRUNC))
+      } else if readIsSocket {
+        count = recv(readFD, buffer.baseAddress, capacity, Int32(MSG_DONTWAIT))
+      } else {
+        count = Glibc.read(readFD, buffer.baseAddress, capacity)
       }
       if count >= 0 {
         if count > capacity { throw .sduTooLarge(size: count, limit: capacity) }

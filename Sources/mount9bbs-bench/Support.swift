@@ -167,7 +167,7 @@ final class PipelineState: @unchecked Sendable {
     }
   }
 
-  func complete(_ result: Result<[UInt8], NinePError>, size: Int, chunk: Int) -> Next {
+  func complete(_ result: Result<ArraySlice<UInt8>, NinePError>, size: Int, chunk: Int) -> Next {
     lock.withLock {
       inFlight -= 1
       switch result {

@@ -254,7 +254,7 @@ private final class Connection: @unchecked Sendable {
       case "locked": return send(tag, .rerror(ename: "permission denied"))
       case "endless":
         // Fresh entries at every offset: never an empty read.
-        return send(tag, .rread(data: HostileServer.endlessRead(offset: offset, count: count)))
+        return send(tag, .rread(data: HostileServer.endlessRead(offset: offset, count: count)[...]))
       case _ where stat.qid.isDirectory && path != "liar":
         data = offset == 0 ? HostileServer.listing(path) : []
       default:
@@ -262,7 +262,7 @@ private final class Connection: @unchecked Sendable {
       }
       let start = Int(min(offset, UInt64(data.count)))
       let end = min(data.count, start + Int(count))
-      send(tag, .rread(data: Array(data[start..<end])))
+      send(tag, .rread(data: ArraySlice(data[start..<end])))
     case .tstat(let fid):
       guard let path = path(fid), let stat = HostileServer.nodes[path] else {
         return send(tag, .rerror(ename: "unknown fid"))

@@ -70,7 +70,7 @@ final class ScriptedTree: @unchecked Sendable {
     case .tread(let fid, let offset, let count):
       let data = contents[path(fid)] ?? []
       let start = Int(min(offset, UInt64(data.count)))
-      server.reply(tag, .rread(data: Array(data[start..<min(data.count, start + Int(count))])))
+      server.reply(tag, .rread(data: ArraySlice(data[start..<min(data.count, start + Int(count))])))
     case .twrite(let fid, _, let data):
       writes.append((path(fid), data))
       server.reply(tag, .rwrite(count: UInt32(data.count)))

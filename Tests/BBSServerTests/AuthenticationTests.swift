@@ -43,7 +43,7 @@ final class AuthenticationTests: ServerTestCase {
     XCTAssertEqual(auth, .rauth(aqid: Qid(type: .auth, version: 0, path: UInt64(afid))))
     guard case .rread(let challenge) = try client.rpc(.tread(fid: afid, offset: 0, count: 64))
     else { throw TestError.unexpected("no challenge") }
-    return challenge
+    return Array(challenge)
   }
 
   /// Tauth, Tread and Twrite on `afid` for `key` (claiming `claim`, by default the key's own
@@ -115,7 +115,7 @@ final class AuthenticationTests: ServerTestCase {
     let second = try challenge(client, afid: 8, claim: alice.identity.hex)
     XCTAssertNotEqual(first, second)
     XCTAssertEqual(
-      try client.rpc(.tread(fid: 7, offset: 16, count: 64)), .rread(data: Array(first[16...])))
+      try client.rpc(.tread(fid: 7, offset: 16, count: 64)), .rread(data: ArraySlice(first[16...])))
     XCTAssertEqual(try client.rpc(.tread(fid: 7, offset: 40, count: 64)), .rread(data: []))
   }
 

@@ -134,7 +134,7 @@ final class DeviceProfileTests: ServerTestCase {
     guard case .rread(let data) = try client.rpc(.tread(fid: 2, offset: 0, count: 4096)) else {
       return XCTFail("listing failed")
     }
-    let entries = try Stat.decodeDirectory(data)
+    let entries = try Stat.decodeDirectory(Array(data))
     let post = try XCTUnwrap(entries.first { $0.name == "post" })
     XCTAssertFalse(post.qid.isDirectory)
     XCTAssertEqual(post.mode.rawValue, 0o200)

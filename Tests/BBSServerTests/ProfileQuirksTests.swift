@@ -40,7 +40,7 @@ final class ProfileQuirksTests: ServerTestCase {
     _ = try client.open("rooms/lobby", fid: 21)
     defer { _ = try? client.rpc(.tclunk(fid: 21)) }
     guard case .rread(let listing) = try client.rpc(.tread(fid: 21, offset: 0, count: 4096)),
-      let entry = try Stat.decodeDirectory(listing).first
+      let entry = try Stat.decodeDirectory(Array(listing)).first
     else { throw TestError.unexpected("listing") }
     return (entry, try client.readFile("rooms/lobby/2838644539"))
   }
@@ -51,7 +51,7 @@ final class ProfileQuirksTests: ServerTestCase {
     guard case .rread(let data) = try client.rpc(.tread(fid: 30, offset: 0, count: 4096)) else {
       throw TestError.unexpected("read nets")
     }
-    return try Stat.decodeDirectory(data).map(\.name)
+    return try Stat.decodeDirectory(Array(data)).map(\.name)
   }
 
   func testDefaultProfileMessageIsListedAsReadWithDateAndSubject() throws {

@@ -107,7 +107,7 @@ final class ServerTests: ServerTestCase {
       guard case .rread(let data) = try client.rpc(.tread(fid: 3, offset: offset, count: 100))
       else { return XCTFail("read failed") }
       if data.isEmpty { break }
-      names += try Stat.decodeDirectory(data).map(\.name)
+      names += try Stat.decodeDirectory(Array(data)).map(\.name)
       offset += UInt64(data.count)
     }
     XCTAssertEqual(names, ["post", "users", "lobby", "tech"])
@@ -282,7 +282,7 @@ final class ServerTests: ServerTestCase {
     guard case .rread(let listing) = try client.rpc(.tread(fid: 21, offset: 0, count: 4096)) else {
       return XCTFail("listing failed")
     }
-    let entries = try Stat.decodeDirectory(listing)
+    let entries = try Stat.decodeDirectory(Array(listing))
     XCTAssertEqual(entries.map(\.name), ["2838644539"])
     XCTAssertEqual(entries.first?.length, UInt64(text.utf8.count))  // the size of what reads
     _ = try client.rpc(.twalk(fid: 0, newfid: 22, names: ["rooms", "lobby", "2838644539"]))

@@ -342,14 +342,14 @@ final class ClientServerTests: XCTestCase {
         var session: Session
         var fid: Fid
         var handle: RequestHandle
-        var outcomes: Outcomes<[UInt8]>
+        var outcomes: Outcomes<ArraySlice<UInt8>>
       }
       let order = EventLog()
       var readers: [Reader] = []
       for room in rooms {
         let session = try Session.placed(pool, .stream)
         let (fid, _) = try session.openPath("chat/\(room)")
-        let outcomes = Outcomes<[UInt8]>()
+        let outcomes = Outcomes<ArraySlice<UInt8>>()
         let handle = session.read(fid, offset: 0, count: 1024, mayPark: true) { result in
           order.record("read \(room)")
           outcomes.add(result)
@@ -516,10 +516,10 @@ final class ClientServerTests: XCTestCase {
       let session = try board.connect(uname: "erin")
       let poster = try board.connect(uname: "frank")
       // Two parked reads on the busy session (a device has 4 slots).
-      var parked: [(fid: Fid, outcomes: Outcomes<[UInt8]>)] = []
+      var parked: [(fid: Fid, outcomes: Outcomes<ArraySlice<UInt8>>)] = []
       for room in ["lobby", "tech"] {
         let (fid, _) = try session.openPath("chat/\(room)")
-        let outcomes = Outcomes<[UInt8]>()
+        let outcomes = Outcomes<ArraySlice<UInt8>>()
         session.read(fid, offset: 0, count: 1024, mayPark: true) { outcomes.add($0) }
         parked.append((fid, outcomes))
       }

@@ -63,7 +63,7 @@ final class PipelineTests: XCTestCase {
         }
         let start = min(Int(offset), size)
         let end = min(start + Int(count), size)
-        server.reply(tag, .rread(data: PipelineTests.content(start..<end)))
+        server.reply(tag, .rread(data: PipelineTests.content(start..<end)[...]))
       }
     }
   }

@@ -136,7 +136,7 @@ final class SessionTests: XCTestCase {
         times.record("B", tag: tag)  // parks; the older read is answered just after
         if let older = times.tag("A") {
           DispatchQueue.global().asyncAfter(deadline: .now() + 0.01) {
-            server.reply(older, .rread(data: Array("line\n".utf8)))
+            server.reply(older, .rread(data: ArraySlice("line\n".utf8)))
           }
         }
       case .tstat:
@@ -260,14 +260,14 @@ final class SessionTests: XCTestCase {
 
   func testHostileRepliesResetTheSession() throws {
     try assertResets(
-      { server, tag in server.reply(tag, .rread(data: Array(repeating: 0, count: 17))) },
+      { server, tag in server.reply(tag, .rread(data: ArraySlice(repeating: 0, count: 17))) },
       "Rread over count")
     try assertResets({ server, tag in server.reply(tag &+ 1, .rread(data: [])) }, "unknown tag")
     try assertResets({ server, tag in server.reply(tag, .rwrite(count: 0)) }, "wrong reply type")
     try assertResets(
       { server, _ in server.sendRaw([9, 0, 0, 0, 117, 1, 0, 0, 0]) }, "truncated frame")
     try assertResets(
-      { server, tag in server.reply(tag, .rread(data: Array(repeating: 0, count: 9000))) },
+      { server, tag in server.reply(tag, .rread(data: ArraySlice(repeating: 0, count: 9000))) },
       "frame over buffer")
   }
 
@@ -337,8 +337,9 @@ final class SessionTests: XCTestCase {
       guard case .tread(_, let offset, _) = message else { return }
       // A union-style server: the same entry again at a later offset, then the end.
       switch offset {
-      case 0: server.reply(tag, .rread(data: lobby.encoded() + post.encoded()))
-      case UInt64(lobby.wireSize + post.wireSize): server.reply(tag, .rread(data: post.encoded()))
+      case 0: server.reply(tag, .rread(data: (lobby.encoded() + post.encoded())[...]))
+      case UInt64(lobby.wireSize + post.wireSize):
+        server.reply(tag, .rread(data: post.encoded()[...]))
       default: server.reply(tag, .rread(data: []))
       }
     }
@@ -361,7 +362,7 @@ final class SessionTests: XCTestCase {
           qid: Qid(path: offset + UInt64($0)), mode: FileMode(permissions: 0o644),
           name: "\(offset)-\($0)")
       }
-      server.reply(tag, .rread(data: entries.flatMap { $0.encoded() }))
+      server.reply(tag, .rread(data: entries.flatMap { $0.encoded() }[...]))
     }
     let done = expectation(description: "listed")
     session.readDirectory(9, limits: DirectoryLimits(rounds: 50)) { result in
@@ -380,7 +381,7 @@ final class SessionTests: XCTestCase {
     let listing = bad + good.encoded()
     let (session, _) = try connect { server, tag, message in
       guard case .tread(_, let offset, _) = message else { return }
-      server.reply(tag, .rread(data: offset == 0 ? listing : []))
+      server.reply(tag, .rread(data: offset == 0 ? listing[...] : []))
     }
     let done = expectation(description: "listed")
     session.readDirectory(9) { result in
@@ -450,7 +451,7 @@ final class FlushTagReuseTests: XCTestCase {
       switch message {
       case .tflush(let oldtag):
         // The reply crosses the flush; Rflush comes later, after the test sent more.
-        server.reply(oldtag, .rread(data: Array("late".utf8)))
+        server.reply(oldtag, .rread(data: ArraySlice("late".utf8)))
         _ = held.add((tag, message))
       case .tstat:
         server.reply(
@@ -465,7 +466,7 @@ final class FlushTagReuseTests: XCTestCase {
     defer { session.close() }
     let read = expectation(description: "read answered with the crossing reply")
     let handle = session.read(1, offset: 0, count: 10, mayPark: true) { result in
-      XCTAssertEqual(try? result.get(), Array("late".utf8))
+      XCTAssertEqual((try? result.get()).map { Array($0) }, Array("late".utf8))
       read.fulfill()
     }
     XCTAssertTrue(waitUntil(timeout: 5) { peer.requests.contains { $0.message.type == .tread } })

@@ -32,7 +32,7 @@ final class CodecTests: XCTestCase {
       .tcreate(fid: 1, name: "1738005432123", perm: FileMode(permissions: 0o644), mode: .write),
       .rcreate(qid: Qid(path: 2_838_644_539), iounit: 0),
       .tread(fid: 1, offset: 1 << 40, count: 8181),
-      .rread(data: Array("[00:00:01] alice: hi\n".utf8)),
+      .rread(data: ArraySlice("[00:00:01] alice: hi\n".utf8)),
       .rread(data: []),
       .twrite(fid: 1, offset: 0, data: Array("lobby:hello".utf8)),
       .rwrite(count: 11),
@@ -78,8 +78,22 @@ final class CodecTests: XCTestCase {
     }
   }
 
+  /// Rread's data is a view into the frame it came in (no copy): its indices are the frame's.
+  func testRreadDataIsAViewIntoTheFrame() throws {
+    let payload = (0..<5000).map { UInt8(truncatingIfNeeded: $0) }
+    let frame = Message.rread(data: payload[...]).encoded(tag: 9)
+    let (tag, message) = try Message.decode(frame, limits: .unbounded)
+    XCTAssertEqual(tag, 9)
+    guard case .rread(let data) = message else { return XCTFail("not an Rread: \(message)") }
+    XCTAssertEqual(data.indices, NineP.readOverhead..<frame.count)
+    XCTAssertEqual(Array(data), payload)
+    XCTAssertEqual(
+      frame.withUnsafeBufferPointer { $0.baseAddress! + NineP.readOverhead },
+      data.withUnsafeBufferPointer { $0.baseAddress! }, "the data shares the frame's storage")
+  }
+
   func testRejectsFramesOverTheLimit() {
-    let frame = Message.rread(data: Array(repeating: 1, count: 100)).encoded(tag: 1)
+    let frame = Message.rread(data: ArraySlice(repeating: 1, count: 100)).encoded(tag: 1)
     XCTAssertThrowsError(try Message.decode(frame, limits: DecodeLimits(maxFrameSize: 64))) {
       XCTAssertEqual($0 as? ProtocolError, .frameTooLarge(size: frame.count, limit: 64))
     }

@@ -108,6 +108,86 @@ final class FrameAssemblerTests: XCTestCase {
     }
   }
 
+  // MARK: Receiving the rest straight into the message
+
+  /// A `receive` for `nextMessage(limit:receivingRestWith:)` that hands out `stream` in chunks of
+  /// at most `chunk` bytes, never more than it is given room for, then 0 (end of stream).
+  private final class ChunkedSource {
+    var stream: ArraySlice<UInt8>
+    let chunk: Int
+    var calls = 0
+    init(_ stream: some Collection<UInt8>, chunk: Int) {
+      self.stream = Array(stream)[...]
+      self.chunk = chunk
+    }
+    func receive(_ room: UnsafeMutableRawBufferPointer) -> Int {
+      calls += 1
+      let taken = stream.prefix(min(chunk, room.count))
+      room.copyBytes(from: taken)
+      stream = stream.dropFirst(taken.count)
+      return taken.count
+    }
+  }
+
+  func testRestIsReceivedIntoTheMessage() throws {
+    let message = makeMessage(
+      tag: 1, payload: (0..<100_000).map { UInt8(truncatingIfNeeded: $0 * 7) })
+    let next = patternMessage(tag: 2, length: 10)
+    for (buffered, chunk) in [(4, 1000), (5, 65536), (30_000, 7), (99_000, 100_000)] {
+      var assembler = FrameAssembler()
+      assembler.append(message.prefix(buffered))
+      let source = ChunkedSource(message.dropFirst(buffered) + next, chunk: chunk)
+      let received = try assembler.nextMessage(limit: 200_000, receivingRestWith: source.receive)
+      XCTAssertEqual(received, message, "buffered \(buffered), chunk \(chunk)")
+      XCTAssertEqual(assembler.bufferedByteCount, 0)
+      XCTAssertEqual(Array(source.stream), next, "only the message's own bytes are received")
+    }
+  }
+
+  func testRestReceivingLeavesCompleteAndUnsizedMessagesAlone() throws {
+    let first = patternMessage(tag: 1, length: 20)
+    let second = patternMessage(tag: 2, length: 30)
+    var assembler = FrameAssembler()
+    assembler.append(first + second.prefix(3))
+    let source = ChunkedSource(second.dropFirst(3), chunk: 100)
+    XCTAssertEqual(try assembler.nextMessage(limit: 8192, receivingRestWith: source.receive), first)
+    XCTAssertNil(try assembler.nextMessage(limit: 8192, receivingRestWith: source.receive))
+    XCTAssertEqual(source.calls, 0, "a complete message or an incomplete prefix receives nothing")
+    XCTAssertEqual(assembler.bufferedByteCount, 3)
+  }
+
+  func testRestReceivingChecksTheSizeFirst() {
+    var assembler = FrameAssembler()
+    assembler.append([0xA0, 0x86, 0x01, 0x00])  // 100000
+    let source = ChunkedSource([UInt8](repeating: 0, count: 100_000), chunk: 65536)
+    XCTAssertThrowsError(try assembler.nextMessage(limit: 8192, receivingRestWith: source.receive))
+    {
+      XCTAssertEqual($0 as? TransportError, .frameTooLarge(size: 100_000, limit: 8192))
+    }
+    XCTAssertEqual(source.calls, 0)
+  }
+
+  func testRestReceivingEndOfStreamMidMessage() {
+    let message = patternMessage(tag: 1, length: 50_000)
+    var assembler = FrameAssembler()
+    assembler.append(message.prefix(100))
+    let source = ChunkedSource(message[100..<20_000], chunk: 4096)
+    XCTAssertThrowsError(try assembler.nextMessage(limit: 65536, receivingRestWith: source.receive))
+    {
+      XCTAssertEqual($0 as? TransportError, .truncatedMessage(bufferedBytes: 20_000))
+    }
+  }
+
+  func testRestReceivingPassesReceiveErrorsOn() {
+    var assembler = FrameAssembler()
+    assembler.append(patternMessage(tag: 1, length: 50_000).prefix(10))
+    XCTAssertThrowsError(
+      try assembler.nextMessage(limit: 65536) { (_) throws(TransportError) in throw .closed }
+    ) {
+      XCTAssertEqual($0 as? TransportError, .closed)
+    }
+  }
+
   func testDrain() {
     var assembler = FrameAssembler()
     assembler.append([1, 2, 3])

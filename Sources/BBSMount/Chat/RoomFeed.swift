@@ -278,7 +278,7 @@ final class RoomFeed: @unchecked Sendable {
       let elapsed = started.duration(to: .now)
       switch result {
       case .success(let data):
-        received(data, elapsed: elapsed, session: session, fid: fid, generation: generation)
+        received(Array(data), elapsed: elapsed, session: session, fid: fid, generation: generation)
       case .failure(.flushed), .failure(.cancelled):
         // Released or shut down (the generation moved on), or gave up its turn: queue again.
         readNext(session: session, fid: fid, generation: generation)

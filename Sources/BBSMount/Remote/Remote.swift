@@ -258,7 +258,7 @@ final class Remote: Sendable {
         case .success(let file):
           session.read(file.fid, offset: 0, count: session.maxReadCount) { result in
             session.clunk(file.fid)
-            completion(result)
+            completion(result.map { Array($0) })
           }
         }
       }

@@ -71,14 +71,14 @@ final class RemoteFile: @unchecked Sendable {
   /// the replies' pieces, in order.
   func read(
     size: Int, offset: UInt64, group: RequestGroup,
-    _ completion: @escaping @Sendable (Result<[[UInt8]], NinePError>) -> Void
+    _ completion: @escaping @Sendable (Result<[ArraySlice<UInt8>], NinePError>) -> Void
   ) {
     read(size: size, offset: offset, group: group, retried: false, completion)
   }
 
   private func read(
     size: Int, offset: UInt64, group: RequestGroup, retried: Bool,
-    _ completion: @escaping @Sendable (Result<[[UInt8]], NinePError>) -> Void
+    _ completion: @escaping @Sendable (Result<[ArraySlice<UInt8>], NinePError>) -> Void
   ) {
     live { [self] live in
       guard case .success(let (session, fid)) = live else {

@@ -296,7 +296,8 @@ final class ServerSession: Sendable {
     case .tread(let fid, let offset, let count) where state.auth.isAuthFid(fid):
       return .rread(
         data: try state.auth.read(
-          afid: fid, offset: offset, count: Int(count), lifetime: configuration.challengeLifetime))
+          afid: fid, offset: offset, count: Int(count), lifetime: configuration.challengeLifetime)[
+            ...])
 
     case .tread(let fid, let offset, let count):
       guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
@@ -313,7 +314,7 @@ final class ServerSession: Sendable {
       }
       return .rread(
         data: try tree.read(
-          entry.node, offset: offset, count: limit, user: entry.user, fd: entry.fd))
+          entry.node, offset: offset, count: limit, user: entry.user, fd: entry.fd)[...])
 
     case .twrite(let fid, _, let data) where state.auth.isAuthFid(fid):
       let count = try state.auth.write(
@@ -410,7 +411,7 @@ final class ServerSession: Sendable {
     do {
       return .rread(
         data: try tree.board.chat.read(
-          room: room, user: BoardUser(tree.authenticatedUser), count: count))
+          room: room, user: BoardUser(tree.authenticatedUser), count: count)[...])
     } catch {
       throw NinePFailure(error, operation: "read")
     }
@@ -438,7 +439,7 @@ final class ServerSession: Sendable {
       throw NinePFailure(error, operation: "read")
     }
     switch outcome {
-    case .data(let bytes): return .rread(data: bytes)
+    case .data(let bytes): return .rread(data: bytes[...])
     case .empty: return .rread(data: [])
     case .parked(let waiter):
       state.generation = generation
@@ -471,7 +472,7 @@ final class ServerSession: Sendable {
           room: parked.room, user: parked.user, count: parked.count,
           wake: makeWake(tag: tag, generation: next))
         switch outcome {
-        case .data(let bytes): reply = .rread(data: bytes)
+        case .data(let bytes): reply = .rread(data: bytes[...])
         case .empty: reply = .rread(data: [])
         case .parked(let waiter):
           state.generation = next
