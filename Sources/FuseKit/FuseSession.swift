@@ -216,7 +216,7 @@ public final class FuseSession: Sendable {
       throw .mountFailed(mountpoint)
     }
     core.attach(raw)
-    let entry = Self.mountEntry(at: Self.absolutePath(mountpoint))
+    let entry = MountTable.entry(at: MountTable.absolutePath(mountpoint))
     mountID.withLock { $0 = entry?.id }
     if let kib = options.readaheadKiB, let device = entry?.device {
       core.setReadahead(kib, device: device)
@@ -321,8 +321,8 @@ public final class FuseSession: Sendable {
     fuse_session_destroy(se.raw)
     // After an aborted connection libfuse leaves the (dead) mount in place: detach it, if
     // it is still ours and on top.
-    let path = Self.absolutePath(mountpoint)
-    if let id = mountID.withLock({ $0 }), Self.mountEntry(at: path)?.id == id {
+    let path = MountTable.absolutePath(mountpoint)
+    if let id = mountID.withLock({ $0 }), MountTable.entry(at: path)?.id == id {
       logger.warning("connection to the kernel was cut; detaching \(mountpoint)")
       do { try Self.unmount(path: path) } catch { logger.error("\(error)") }
     }

@@ -8,9 +8,9 @@ extension FuseSession {
   ///
   /// To stop a session of this process, use ``exit()``: it also answers waiting readers.
   public static func unmount(path: String) throws(FuseSessionError) {
-    let target = absolutePath(path)
-    guard let type = mountType(at: target) else { throw .notMounted(target) }
-    guard type == "fuse" || type == "fuseblk" || type.hasPrefix("fuse.") else {
+    let target = MountTable.absolutePath(path)
+    guard let type = MountTable.type(at: target) else { throw .notMounted(target) }
+    guard MountTable.isFuse(type) else {
       throw .notFuseMount(target, type: type)
     }
     if geteuid() == 0 {
@@ -36,68 +36,9 @@ extension FuseSession {
 
   /// Whether a FUSE file system is mounted at `path` (from the mount table).
   public static func isFuseMount(path: String) -> Bool {
-    guard let type = mountType(at: absolutePath(path)) else { return false }
-    return type == "fuse" || type == "fuseblk" || type.hasPrefix("fuse.")
+    MountTable.type(at: MountTable.absolutePath(path)).map(MountTable.isFuse) ?? false
   }
 
   /// `MNT_DETACH` from `<sys/mount.h>`.
   private static let mntDetach: Int32 = 2
-
-  /// The file system type of the topmost mount at `path` (absolute), from
-  /// `/proc/self/mountinfo`, or nil if nothing is mounted exactly there.
-  static func mountType(at path: String) -> String? { mountEntry(at: path)?.type }
-
-  /// The mount id and file system type of the topmost mount at `path` (absolute).
-  static func mountEntry(at path: String) -> (id: Int, type: String, device: String)? {
-    guard let table = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else {
-      return nil
-    }
-    var found: (id: Int, type: String, device: String)?
-    for line in table.split(separator: "\n") {
-      // id parent major:minor root mountpoint options [optional…] - type source superoptions
-      let fields = line.split(separator: " ")
-      guard fields.count >= 7, let dash = fields.firstIndex(of: "-"), dash + 1 < fields.count
-      else { continue }
-      if unescapeMountField(fields[4]) == path, let id = Int(fields[0]) {
-        found = (id, String(fields[dash + 1]), String(fields[2]))
-      }
-    }
-    return found
-  }
-
-  /// Decodes the octal escapes (`\040` for space…) of a mount table field.
-  static func unescapeMountField(_ field: Substring) -> String {
-    var out: [UInt8] = []
-    var bytes = Array(field.utf8)[...]
-    while let b = bytes.popFirst() {
-      if b == UInt8(ascii: "\\"), bytes.count >= 3,
-        let v = UInt8(String(decoding: bytes.prefix(3), as: UTF8.self), radix: 8)
-      {
-        out.append(v)
-        bytes = bytes.dropFirst(3)
-      } else {
-        out.append(b)
-      }
-    }
-    return String(decoding: out, as: UTF8.self)
-  }
-
-  /// Makes `path` absolute and removes `.`, `..` and repeated slashes without touching the
-  /// file system (a dead mount would fail `realpath`).
-  static func absolutePath(_ path: String) -> String {
-    var full = path
-    if !path.hasPrefix("/") {
-      full = FileManager.default.currentDirectoryPath + "/" + path
-    }
-    var parts: [Substring] = []
-    for c in full.split(separator: "/") {
-      if c == "." { continue }
-      if c == ".." {
-        _ = parts.popLast()
-        continue
-      }
-      parts.append(c)
-    }
-    return "/" + parts.joined(separator: "/")
-  }
 }

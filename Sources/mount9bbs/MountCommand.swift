@@ -296,7 +296,7 @@ struct UnmountCommand: ParsableCommand {
 /// Stops a mount: its daemon if it lives, else a lazy unmount.
 enum Unmounter {
   static func unmount(_ path: String, force: Bool) throws {
-    let absolute = RuntimeRecord.absolute(path)
+    let absolute = MountTable.absolutePath(path)
     if !force, let type = MountTable.type(at: absolute), type != MountTable.ownType {
       let kind = type.hasPrefix("fuse.") ? String(type.dropFirst(5)) : type
       Diagnostics.fail(

@@ -48,7 +48,7 @@ struct MountDaemon {
     // A detached daemon's log file is opened now, so a bad path fails the mount.
     let logFD = try options.logFile.map { path throws(MountError) in try DaemonLog.openLogFile(path)
     }
-    let absoluteMountpoint = RuntimeRecord.absolute(mountpoint)
+    let absoluteMountpoint = MountTable.absolutePath(mountpoint)
     if let type = MountTable.type(at: absoluteMountpoint) {
       let kind = type == MountTable.ownType ? "a mount9bbs mount" : "mounted (\(type))"
       throw .refused(
@@ -153,7 +153,7 @@ struct MountDaemon {
     let record = RuntimeRecord(mountpoint: mountpoint, in: runtimeDirectory)
     record.write(pid: getpid())
     defer { record.remove() }
-    let shownMountpoint = RuntimeRecord.absolute(mountpoint)
+    let shownMountpoint = MountTable.absolutePath(mountpoint)
     let control = try? ControlSocket(path: record.controlPath, logger: logger) {
       fileSystem.statusReport(mountpoint: shownMountpoint)
     }

@@ -1,4 +1,5 @@
 import Foundation
+import FuseKit
 
 /// Where a running mount leaves its daemon's pid, so `mount9bbs -u` can stop it properly.
 ///
@@ -19,33 +20,13 @@ struct RuntimeRecord {
   init(mountpoint: String, in directory: String) {
     // No URL(fileURLWithPath:) here: it stats the path, and stat of our own mount point
     // before the FUSE loop runs never returns.
-    self.mountpoint = Self.absolute(mountpoint)
+    self.mountpoint = MountTable.absolutePath(mountpoint)
     path = directory + "/" + Self.fileName(for: self.mountpoint) + ".pid"
   }
 
   /// The record for a mount point in the user's runtime directory, made and checked first.
   init(mountpoint: String) throws(RuntimeDirectoryError) {
     self.init(mountpoint: mountpoint, in: try Self.directory())
-  }
-
-  /// `path` made absolute and normalised as text only, touching no file system.
-  static func absolute(_ path: String) -> String {
-    var full = path
-    if !path.hasPrefix("/") {
-      var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-      let cwd = getcwd(&buffer, buffer.count).map { String(cString: $0) } ?? "/"
-      full = cwd + "/" + path
-    }
-    var parts: [Substring] = []
-    for part in full.split(separator: "/") {
-      if part == "." { continue }
-      if part == ".." {
-        _ = parts.popLast()
-      } else {
-        parts.append(part)
-      }
-    }
-    return "/" + parts.joined(separator: "/")
   }
 
   /// A file name that differs for every mount point: letters, digits, `.` and `-` stay, `/`

@@ -22,7 +22,7 @@ struct StatusCommand: ParsableCommand {
 
   func run() throws {
     guard let mountpoint else { return try showAll() }
-    let absolute = RuntimeRecord.absolute(mountpoint)
+    let absolute = MountTable.absolutePath(mountpoint)
     if let type = MountTable.type(at: absolute), type != MountTable.ownType {
       let kind = type.hasPrefix("fuse.") ? String(type.dropFirst(5)) : type
       Diagnostics.fail("mount9bbs: \(absolute) is not a mount9bbs mount (it is \(kind))")
