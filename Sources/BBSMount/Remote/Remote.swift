@@ -51,22 +51,9 @@ extension Session {
     _ path: [String], mode: OpenMode,
     completion: @escaping @Sendable (Result<OpenedFid, NinePError>) -> Void
   ) {
-    walk(path) { [self] walked in
-      switch walked {
-      case .failure(let error):
-        completion(.failure(error))
-      case .success(let result):
-        open(result.fid, mode: mode) { [self] opened in
-          switch opened {
-          case .failure(let error):
-            clunk(result.fid)
-            completion(.failure(error))
-          case .success(let info):
-            completion(.success(OpenedFid(fid: result.fid, opened: info)))
-          }
-        }
-      }
-    }
+    walk(
+      path, keeping: { [self] fid, done in open(fid, mode: mode, completion: done) },
+      completion: completion)
   }
 
   /// Walks to `directory` and creates `name` there, open with `mode`. If the create fails the
@@ -75,13 +62,30 @@ extension Session {
     _ directory: [String], name: String, perm: FileMode, mode: OpenMode,
     completion: @escaping @Sendable (Result<OpenedFid, NinePError>) -> Void
   ) {
-    walk(directory) { [self] walked in
+    walk(
+      directory,
+      keeping: { [self] fid, done in
+        create(fid, name: name, perm: perm, mode: mode, completion: done)
+      }, completion: completion)
+  }
+
+  /// Walks to `path` and opens the new fid by `step` (an open or a create), keeping it open
+  /// on success; a failed step clunks it.
+  private func walk(
+    _ path: [String],
+    keeping step:
+      @escaping @Sendable (
+        Fid, @escaping @Sendable (Result<OpenResult, NinePError>) -> Void
+      ) -> Void,
+    completion: @escaping @Sendable (Result<OpenedFid, NinePError>) -> Void
+  ) {
+    walk(path) { [self] walked in
       switch walked {
       case .failure(let error):
         completion(.failure(error))
       case .success(let result):
-        create(result.fid, name: name, perm: perm, mode: mode) { [self] created in
-          switch created {
+        step(result.fid) { [self] opened in
+          switch opened {
           case .failure(let error):
             clunk(result.fid)
             completion(.failure(error))
