@@ -18,10 +18,10 @@ public enum TerminalText {
         result.unicodeScalars.append(scalar)
       case 0x5C where !keepingLayout:
         result += "\\\\"
-      case 0x00...0x1F, 0x7F...0x9F:
-        result += "\\x" + hex(scalar.value, width: 2)
-      case 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069:
-        result += "\\u{" + hex(scalar.value, width: 4) + "}"
+      case _ where isUnsafe(scalar):
+        result +=
+          scalar.value <= 0xFF
+          ? "\\x" + hex(scalar.value, width: 2) : "\\u{" + hex(scalar.value, width: 4) + "}"
       default:
         result.unicodeScalars.append(scalar)
       }
@@ -36,10 +36,7 @@ public enum TerminalText {
   /// reaches inside double quotes.
   public static func shellQuoted(_ word: String) -> String {
     if !word.isEmpty && word.unicodeScalars.allSatisfy(isPlain) { return word }
-    let needsEscapes = word.unicodeScalars.contains { scalar in
-      escaped(String(scalar)) != String(scalar) && scalar != "\\"
-    }
-    guard needsEscapes else {
+    guard word.unicodeScalars.contains(where: isUnsafe) else {
       return "'" + word.replacing("'", with: "'\\''") + "'"
     }
     var result = "$'"
@@ -47,15 +44,22 @@ public enum TerminalText {
       switch scalar {
       case "'", "\\": result += "\\" + String(scalar)
       case "!": result += "\\x21"
+      case _ where isUnsafe(scalar):
+        for byte in String(scalar).utf8 { result += "\\x" + hex(UInt32(byte), width: 2) }
       default:
-        if escaped(String(scalar)) == String(scalar) {
-          result.unicodeScalars.append(scalar)
-        } else {
-          for byte in String(scalar).utf8 { result += "\\x" + hex(UInt32(byte), width: 2) }
-        }
+        result.unicodeScalars.append(scalar)
       }
     }
     return result + "'"
+  }
+
+  /// A control character (C0, DEL, C1) or a bidirectional override: what a terminal acts on
+  /// or shows other than as written.
+  private static func isUnsafe(_ scalar: Unicode.Scalar) -> Bool {
+    switch scalar.value {
+    case 0x00...0x1F, 0x7F...0x9F, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
+    default: false
+    }
   }
 
   private static func isPlain(_ scalar: Unicode.Scalar) -> Bool {
