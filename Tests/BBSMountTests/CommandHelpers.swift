@@ -71,4 +71,15 @@ extension XCTestCase {
         "left a daemon: \(context)", file: file, line: line)
     }
   }
+
+  /// `mount9bbs status --json MOUNTPOINT` as an object, nil if it fails.
+  func statusJSON(of mountpoint: String) -> [String: Any]? {
+    guard
+      let result = try? shell(
+        "\(BuiltProducts.path(of: "mount9bbs")) status --json \(mountpoint)", timeout: 10),
+      result.status == 0, let data = result.output.data(using: .utf8),
+      let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+    else { return nil }
+    return object
+  }
 }

@@ -68,23 +68,11 @@ final class LinkFailoverTests: XCTestCase {
   }
 
   func link(_ mountpoint: String) -> [String: Any]? {
-    guard
-      let result = try? shell(
-        "\(BuiltProducts.path(of: "mount9bbs")) status --json \(mountpoint)", timeout: 10),
-      result.status == 0, let data = result.output.data(using: .utf8),
-      let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
-    else { return nil }
-    return object["link"] as? [String: Any]
+    statusJSON(of: mountpoint)?["link"] as? [String: Any]
   }
 
   func outbox(_ mountpoint: String) -> Int? {
-    guard
-      let result = try? shell(
-        "\(BuiltProducts.path(of: "mount9bbs")) status --json \(mountpoint)", timeout: 10),
-      let data = result.output.data(using: .utf8),
-      let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
-    else { return nil }
-    return object["outbox"] as? Int
+    statusJSON(of: mountpoint)?["outbox"] as? Int
   }
 
   /// How many lines of `text` end with exactly `line`.

@@ -68,16 +68,7 @@ final class ResilienceTests: XCTestCase {
     return child
   }
 
-  func status(_ mountpoint: String) -> [String: Any]? {
-    guard
-      let result = try? shell(
-        "\(BuiltProducts.path(of: "mount9bbs")) status --json \(mountpoint)", timeout: 10),
-      result.status == 0,
-      let data = result.output.data(using: .utf8),
-      let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
-    else { return nil }
-    return object
-  }
+  func status(_ mountpoint: String) -> [String: Any]? { statusJSON(of: mountpoint) }
 
   func linkState(_ mountpoint: String) -> String? {
     (status(mountpoint)?["link"] as? [String: Any])?["state"] as? String
