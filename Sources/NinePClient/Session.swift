@@ -749,7 +749,9 @@ public final class Session: @unchecked Sendable {
         }
       }
     }
-    condition.signal()
+    // A freed tag or wire slot matters only to queued requests; deadlines only move later, so
+    // an idle writer sleeps on (a wake per reply costs two context switches on a bulk read).
+    if !state.queue.isEmpty { condition.signal() }
     condition.unlock()
     if let cleanup {
       send(cleanup) { [self] _ in

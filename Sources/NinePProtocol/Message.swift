@@ -113,6 +113,19 @@ public struct DecodeLimits: Sendable {
 }
 
 extension Message {
+  /// The first bytes of an Rread frame with `tag` carrying `count` bytes of data: size prefix,
+  /// type, tag and count, for a sender that supplies the data itself.
+  public static func rreadHeader(tag: Tag, count: Int) -> [UInt8] {
+    var writer = WireWriter(capacity: NineP.readOverhead)
+    writer.write(UInt32(clamping: NineP.readOverhead + count))
+    writer.write(MessageType.rread.rawValue)
+    writer.write(tag)
+    writer.write(UInt32(clamping: count))
+    return writer.bytes
+  }
+}
+
+extension Message {
   /// Encodes the message with `tag` into one frame, size prefix included.
   public func encoded(tag: Tag) -> [UInt8] {
     var writer = WireWriter(capacity: encodedCapacity)

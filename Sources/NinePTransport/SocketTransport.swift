@@ -8,7 +8,7 @@ import Synchronization
 /// `receiveRaw`) moves single SDUs or stream chunks unmodified, for a server that emulates a
 /// device's SDU-level rules. Do not mix framed and raw receiving on one transport, except that
 /// `receiveRaw` first hands back any bytes `receive` had buffered.
-public final class SocketTransport: MessageTransport {
+public final class SocketTransport: FileRegionSending {
   /// Where this transport leads (for accepted TCP connections: the peer).
   public let address: TransportAddress
   /// The largest SDU `send` produces on packet transports; nil for byte streams.
@@ -76,6 +76,21 @@ public final class SocketTransport: MessageTransport {
         } else {
           try writeStream(message[...])
         }
+      }
+    }
+  }
+
+  /// Sends a message whose tail is a file region. On a stream socket the tail goes with
+  /// `sendfile(2)` straight from the page cache; on packet transports and pipes it is read into
+  /// memory and sent as one message, as `send(_:)` would.
+  public func send(header: [UInt8], file: FileRegion) throws(TransportError) {
+    guard !isPacket, writeIsSocket else {
+      return try send(header + file.contents())
+    }
+    try gate.withAccess { () throws(TransportError) in
+      try sendLock.withLock { _ throws(TransportError) in
+        try writeStream(header[...], flags: Int32(MSG_MORE))
+        try writeFile(file)
       }
     }
   }
@@ -202,8 +217,9 @@ public final class SocketTransport: MessageTransport {
     }
   }
 
-  /// Writes all of `bytes` to a byte stream.
-  private func writeStream(_ bytes: ArraySlice<UInt8>) throws(TransportError) {
+  /// Writes all of `bytes` to a byte stream; `flags` are added to a socket's send flags
+  /// (`MSG_MORE` when more of the message follows).
+  private func writeStream(_ bytes: ArraySlice<UInt8>, flags: Int32 = 0) throws(TransportError) {
     var rest = bytes
     while !rest.isEmpty {
       if !writeIsSocket {
@@ -214,7 +230,7 @@ public final class SocketTransport: MessageTransport {
       let (count, code) = rest.withUnsafeBytes { raw -> (Int, Int32) in
         if writeIsSocket {
           let count = Glibc.send(
-            writeFD, raw.baseAddress, raw.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+            writeFD, raw.baseAddress, raw.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT) | flags)
           return (count, count < 0 ? errno : 0)
         }
         return writeWithoutSIGPIPE(writeFD, raw.baseAddress, min(raw.count, Int(PIPE_BUF)))
@@ -232,6 +248,41 @@ public final class SocketTransport: MessageTransport {
         throw .io(operation: "send", errno: code)
       }
     }
+  }
+}
+
+extension SocketTransport {
+  /// Sends all of `file` to the (stream socket) write descriptor with sendfile(2); zeros for
+  /// any part the file no longer has.
+  fileprivate func writeFile(_ file: FileRegion) throws(TransportError) {
+    // sendfile(2) has no MSG_DONTWAIT: the socket itself goes non-blocking (every other call on
+    // it already passes MSG_DONTWAIT and waits in the gate), so a peer that stops reading
+    // cannot hold this thread past close().
+    let flags = fcntl(writeFD, F_GETFL)
+    if flags >= 0, flags & O_NONBLOCK == 0 { _ = fcntl(writeFD, F_SETFL, flags | O_NONBLOCK) }
+    var offset = off_t(file.offset)
+    var rest = file.count
+    while rest > 0 {
+      let count = sendfile(writeFD, file.descriptor, &offset, rest)
+      if count > 0 {
+        rest -= count
+        continue
+      }
+      if count == 0 { break }
+      switch errno {
+      case EAGAIN, EWOULDBLOCK:
+        _ = try gate.wait(for: writeFD, events: Int16(POLLOUT))
+      case EINTR:
+        continue
+      case EINVAL, ENOSYS, EOPNOTSUPP:
+        // A file sendfile cannot read from: send the rest through memory.
+        let tail = FileRegion(descriptor: file.descriptor, offset: Int64(offset), count: rest)
+        return try writeStream(tail.contents()[...])
+      default:
+        throw .io(operation: "send file", errno: errno)
+      }
+    }
+    if rest > 0 { try writeStream([UInt8](repeating: 0, count: rest)[...]) }
   }
 }
 

@@ -20,7 +20,7 @@ final class Connection: Sendable {
   private let server: BBSServer
   private let session: ServerSession
   private let logger: Logger
-  private let sendFrames: @Sendable ([[UInt8]]) -> Void
+  private let sendFrames: @Sendable ([OutgoingFrame]) -> Void
   private let receive = Mutex(Receive.waitSize)
   private let closed = Mutex(false)
 
@@ -35,19 +35,34 @@ final class Connection: Sendable {
     // reply as exactly one SDU. Send failures surface as a receive failure on the reader.
     let lock = Mutex(())
     let packets = raw
-    sendFrames = { frames in
+    let sendAll: @Sendable ([OutgoingFrame]) -> Void = { frames in
       lock.withLock { _ in
         for frame in frames {
-          if let packets { try? packets.sendRaw(frame) } else { try? transport.send(frame) }
+          switch frame {
+          case .bytes(let bytes):
+            if let packets { try? packets.sendRaw(bytes) } else { try? transport.send(bytes) }
+          case .fileRead(let header, let file):
+            defer { Glibc.close(file.descriptor) }
+            if packets == nil, let sender = transport as? any FileRegionSending {
+              try? sender.send(header: header, file: file)
+            } else if let contents = try? file.contents() {
+              if let packets {
+                try? packets.sendRaw(header + contents)
+              } else {
+                try? transport.send(header + contents)
+              }
+            }
+          }
         }
       }
     }
+    sendFrames = sendAll
     session = ServerSession(
       id: id, tree: server.tree, configuration: server.configuration, logger: server.logger,
-      wakeQueue: server.wakeQueue, send: sendFrames)
+      wakeQueue: server.wakeQueue, send: { sendAll($0.map(OutgoingFrame.bytes)) })
   }
 
-  private func send(_ frames: [[UInt8]]) {
+  private func send(_ frames: [OutgoingFrame]) {
     if !frames.isEmpty { sendFrames(frames) }
   }
 
@@ -201,4 +216,14 @@ final class Connection: Sendable {
     let type = MessageType(rawValue: frame[4]).map { "\($0)" } ?? "type \(frame[4])"
     return "tag \(tag) \(type)"
   }
+}
+
+/// A reply ready to go out.
+enum OutgoingFrame: Sendable {
+  /// A whole encoded message.
+  case bytes([UInt8])
+  /// An Rread of a regular file: its header, then the bytes of `file`, which go from the page
+  /// cache to the socket without passing through the server's memory where the transport
+  /// allows it. The sender closes `file.descriptor`.
+  case fileRead(header: [UInt8], file: FileRegion)
 }

@@ -2,6 +2,7 @@ import Dispatch
 import Glibc
 import Logging
 import NinePProtocol
+import NinePTransport
 import Synchronization
 
 /// One 9P session (one connection): version, fids, parked reads.
@@ -107,8 +108,9 @@ final class ServerSession: Sendable {
   /// Handles one request frame (size prefix included) and returns the reply frames to send
   /// now, in order: possibly Rread(0) for displaced parked reads, then the reply, which is
   /// absent when the request parked.
-  func process(_ frame: [UInt8]) -> [[UInt8]] {
-    state.withLock { state -> [[UInt8]] in
+  func process(_ frame: [UInt8]) -> [OutgoingFrame] {
+    var fileRead: OutgoingFrame?
+    let frames = state.withLock { state -> [[UInt8]] in
       guard !state.closed else { return [] }
       let decoded: (tag: Tag, message: Message)
       do throws(ProtocolError) {
@@ -134,6 +136,13 @@ final class ServerSession: Sendable {
         out.append(Message.rerror(ename: "resource temporarily unavailable").encoded(tag: tag))
         return out
       }
+      if case .tread(let fid, let offset, let count) = message,
+        let region = fileRegion(fid: fid, offset: offset, count: count, state: state)
+      {
+        fileRead = .fileRead(
+          header: Message.rreadHeader(tag: tag, count: region.count), file: region)
+        return out
+      }
       let reply: Message?
       do throws(NinePFailure) {
         reply = try handle(message, tag: tag, state: &state, before: &out)
@@ -149,6 +158,25 @@ final class ServerSession: Sendable {
       }
       return out
     }
+    return frames.map(OutgoingFrame.bytes) + (fileRead.map { [$0] } ?? [])
+  }
+
+  /// A Tread of an open regular file of the file area, as the region of the file its Rread
+  /// carries (on a descriptor of its own, which the sender closes); nil for every other read,
+  /// and for a read `handle` must refuse, so the usual path answers it.
+  private func fileRegion(fid: Fid, offset: UInt64, count: UInt32, state: State) -> FileRegion? {
+    guard !gen1, let entry = state.fids[fid], case .files = entry.node, let fd = entry.fd,
+      entry.openMode?.allowsReading == true
+    else { return nil }
+    var info = stat()
+    guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+    let limit = min(Int(count), max(0, state.msize - NineP.readOverhead))
+    let size = UInt64(max(0, info.st_size))
+    let available = offset < size ? Int(clamping: size - offset) : 0
+    let own = dup(fd)
+    guard own >= 0 else { return nil }
+    return FileRegion(
+      descriptor: own, offset: Int64(clamping: offset), count: min(limit, available))
   }
 
   /// Gen-1's server collapses every file system errno into one string per request (facts §1.9).
