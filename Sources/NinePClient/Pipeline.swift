@@ -95,7 +95,7 @@ extension Session {
   /// ``pipelineWindow`` of them at once. Completes with the bytes written up to the first
   /// short write, or the first chunk's error when none was written.
   public func writePipelined(
-    _ fid: Fid, offset: UInt64, data: [UInt8], chunk: Int,
+    _ fid: Fid, offset: UInt64, data: ArraySlice<UInt8>, chunk: Int,
     completion: @escaping @Sendable (Result<Int, NinePError>) -> Void
   ) {
     let chunk = max(1, min(chunk, maxWriteCount))
@@ -113,9 +113,9 @@ extension Session {
     pipeline.run(
       isShort: { result, length in Int((try? result.get()) ?? 0) < length }
     ) { [self] start, length, done in
-      _ = send(
-        .twrite(fid: fid, offset: offset + UInt64(start), data: Array(data[start..<start + length]))
-      ) { result in
+      // A slice, not a copy: the transport sends it from `data` itself.
+      let piece = data[(data.startIndex + start)..<(data.startIndex + start + length)]
+      _ = send(.twrite(fid: fid, offset: offset + UInt64(start), data: piece)) { result in
         done(
           result.flatMap {
             guard case .rwrite(let count) = $0 else {

@@ -35,6 +35,15 @@ extension Session {
     _ fid: Fid, offset: UInt64, data: [UInt8],
     completion: @escaping @Sendable (Result<UInt32, NinePError>) -> Void
   ) {
+    write(fid, offset: offset, data: data[...], completion: completion)
+  }
+
+  /// Sends one Twrite of a slice, which goes out from where it lies (no copy into a frame);
+  /// `data` must fit one message (``maxWriteCount``).
+  public func write(
+    _ fid: Fid, offset: UInt64, data: ArraySlice<UInt8>,
+    completion: @escaping @Sendable (Result<UInt32, NinePError>) -> Void
+  ) {
     precondition(data.count <= maxWriteCount, "write larger than one message")
     send(.twrite(fid: fid, offset: offset, data: data)) { result in
       completion(
@@ -50,12 +59,12 @@ extension Session {
   /// Writes all of `data` from `offset`, in as many Twrites as the msize (and `iounit`, when
   /// not 0) require, one after the other. Stops at the first error or short write.
   public func writeAll(
-    _ fid: Fid, offset: UInt64, data: [UInt8], iounit: UInt32 = 0,
+    _ fid: Fid, offset: UInt64, data: ArraySlice<UInt8>, iounit: UInt32 = 0,
     completion: @escaping @Sendable (Result<Int, NinePError>) -> Void
   ) {
     var chunk = maxWriteCount
     if iounit > 0 { chunk = min(chunk, Int(iounit)) }
-    writeChunks(fid, offset: offset, data: data[...], chunk: max(chunk, 1), done: 0, completion)
+    writeChunks(fid, offset: offset, data: data, chunk: max(chunk, 1), done: 0, completion)
   }
 
   private func writeChunks(
@@ -63,7 +72,7 @@ extension Session {
     _ completion: @escaping @Sendable (Result<Int, NinePError>) -> Void
   ) {
     if data.isEmpty { return completion(.success(done)) }
-    let piece = Array(data.prefix(chunk))
+    let piece = data.prefix(chunk)
     write(fid, offset: offset, data: piece) { [self] result in
       switch result {
       case .success(let count):

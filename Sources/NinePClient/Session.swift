@@ -217,7 +217,7 @@ public final class Session: @unchecked Sendable {
     } catch {
       throw .authentication(.signing("\(error)"))
     }
-    _ = try authenticationStep(.twrite(fid: afid, offset: 0, data: response), timeout: timeout)
+    _ = try authenticationStep(.twrite(fid: afid, offset: 0, data: response[...]), timeout: timeout)
     return afid
   }
 
@@ -571,26 +571,47 @@ public final class Session: @unchecked Sendable {
     condition.unlock()
   }
 
+  /// A dispatched message ready to go: its encoding, or for a Twrite its header and the data
+  /// where it lies (the transport gathers the two, so the data is not copied into a frame).
+  private struct Outgoing {
+    var header: [UInt8]
+    var payload: ArraySlice<UInt8> = []
+    var count: Int { header.count + payload.count }
+  }
+
   /// Gives `pending` a tag and tells the discipline; returns its frame. The caller sends the
   /// frame (after unlocking) with ``transmit(_:_:)``.
-  private func dispatchLocked(_ pending: Pending, now: ContinuousClock.Instant) -> [UInt8] {
+  private func dispatchLocked(_ pending: Pending, now: ContinuousClock.Instant) -> Outgoing {
     let tag = state.freeTags.removeLast()
     pending.tag = tag
     pending.sentAt = now
     state.inFlight[tag] = pending
     state.discipline.didSend(
       pending.traits, tag: tag, now: now, roundTrip: state.statistics.roundTrip)
-    let frame = pending.message.encoded(tag: tag)
+    let frame: Outgoing
+    if case .twrite(let fid, let offset, let data) = pending.message, !data.isEmpty {
+      frame = Outgoing(
+        header: Message.twriteHeader(tag: tag, fid: fid, offset: offset, count: data.count),
+        payload: data)
+    } else {
+      frame = Outgoing(header: pending.message.encoded(tag: tag))
+    }
     state.statistics.messagesSent += 1
     state.statistics.bytesSent += UInt64(frame.count)
     return frame
   }
 
   /// Writes a dispatched frame; a failed write closes the session. Returns whether it went.
-  private func transmit(_ frame: [UInt8], _ pending: Pending) -> Bool {
+  private func transmit(_ frame: Outgoing, _ pending: Pending) -> Bool {
     logger.trace("→ \(pending.message) tag=\(pending.tag ?? NineP.noTag)")
     do {
-      try transport.send(frame)
+      if frame.payload.isEmpty {
+        try transport.send(frame.header)
+      } else if let gathering = transport as? any GatheredSending {
+        try gathering.send(header: frame.header, payload: frame.payload)
+      } else {
+        try transport.send(frame.header + frame.payload)
+      }
       return true
     } catch {
       close(reason: "send failed: \(error)")

@@ -59,7 +59,9 @@ public enum Message: Hashable, Sendable {
   /// The data read. Decoded, it is a view into the received frame (no copy), so it can be
   /// handed on as it is; it keeps the frame alive while it lives.
   case rread(data: ArraySlice<UInt8>)
-  case twrite(fid: Fid, offset: UInt64, data: [UInt8])
+  /// The data to write. Like Rread's, it may be a view (into the caller's buffer, or into the
+  /// received frame once decoded), so a large write is never copied just to be framed.
+  case twrite(fid: Fid, offset: UInt64, data: ArraySlice<UInt8>)
   case rwrite(count: UInt32)
   case tclunk(fid: Fid)
   case rclunk
@@ -120,6 +122,20 @@ extension Message {
     writer.write(UInt32(clamping: NineP.readOverhead + count))
     writer.write(MessageType.rread.rawValue)
     writer.write(tag)
+    writer.write(UInt32(clamping: count))
+    return writer.bytes
+  }
+
+  /// The first bytes of a Twrite frame with `tag` carrying `count` bytes of data: size prefix,
+  /// type, tag, fid, offset and count, for a sender that sends the data from where it lies.
+  /// Followed by the data, it is byte for byte what `encoded(tag:)` makes of the Twrite.
+  public static func twriteHeader(tag: Tag, fid: Fid, offset: UInt64, count: Int) -> [UInt8] {
+    var writer = WireWriter(capacity: NineP.writeOverhead)
+    writer.write(UInt32(clamping: NineP.writeOverhead + count))
+    writer.write(MessageType.twrite.rawValue)
+    writer.write(tag)
+    writer.write(fid)
+    writer.write(offset)
     writer.write(UInt32(clamping: count))
     return writer.bytes
   }
@@ -301,7 +317,7 @@ extension Message {
       let fid = try r.readUInt32("fid")
       let offset = try r.readUInt64("offset")
       let count = Int(try r.readUInt32("count"))
-      return .twrite(fid: fid, offset: offset, data: try r.readBytes(count, "data"))
+      return .twrite(fid: fid, offset: offset, data: try r.readSlice(count, "data"))
     case .rwrite:
       return .rwrite(count: try r.readUInt32("count"))
     case .tclunk:

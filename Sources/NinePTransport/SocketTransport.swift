@@ -17,11 +17,11 @@ public final class SocketTransport: FileRegionSending {
   public let isPacket: Bool
 
   private let readFD: Int32
-  private let writeFD: Int32
+  let writeFD: Int32
   private let readIsSocket: Bool
-  private let writeIsSocket: Bool
-  private let gate: IOGate
-  private let sendLock = Mutex(())
+  let writeIsSocket: Bool
+  let gate: IOGate
+  let sendLock = Mutex(())
   private let receiveState = Mutex(ReceiveState())
 
   private struct ReceiveState {
@@ -219,7 +219,7 @@ public final class SocketTransport: FileRegionSending {
 
   /// Writes all of `bytes` to a byte stream; `flags` are added to a socket's send flags
   /// (`MSG_MORE` when more of the message follows).
-  private func writeStream(_ bytes: ArraySlice<UInt8>, flags: Int32 = 0) throws(TransportError) {
+  func writeStream(_ bytes: ArraySlice<UInt8>, flags: Int32 = 0) throws(TransportError) {
     var rest = bytes
     while !rest.isEmpty {
       if !writeIsSocket {

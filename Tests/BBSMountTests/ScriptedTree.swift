@@ -72,7 +72,7 @@ final class ScriptedTree: @unchecked Sendable {
       let start = Int(min(offset, UInt64(data.count)))
       server.reply(tag, .rread(data: ArraySlice(data[start..<min(data.count, start + Int(count))])))
     case .twrite(let fid, _, let data):
-      writes.append((path(fid), data))
+      writes.append((path(fid), Array(data)))
       server.reply(tag, .rwrite(count: UInt32(data.count)))
     case .tclunk(let fid):
       clunks.append((fid, path(fid)))

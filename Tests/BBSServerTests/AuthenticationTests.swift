@@ -54,7 +54,7 @@ final class AuthenticationTests: ServerTestCase {
     let challenge = try challenge(client, afid: afid, claim: claim ?? key.identity.hex)
     XCTAssertEqual(challenge.count, 32)
     let response = try ChallengeResponse.respond(to: challenge, with: key)
-    return try client.rpc(.twrite(fid: afid, offset: 0, data: response))
+    return try client.rpc(.twrite(fid: afid, offset: 0, data: response[...]))
   }
 
   /// A client attached as `key`'s identity (the afid clunked afterwards, as mount9bbs does).
@@ -160,7 +160,7 @@ final class AuthenticationTests: ServerTestCase {
     }
     let response = try ChallengeResponse.respond(to: [UInt8](repeating: 0, count: 32), with: alice)
     XCTAssertEqual(
-      try client.rpc(.twrite(fid: 7, offset: 0, data: response)),
+      try client.rpc(.twrite(fid: 7, offset: 0, data: response[...])),
       .rerror(ename: "must read challenge first"))
   }
 
@@ -170,7 +170,8 @@ final class AuthenticationTests: ServerTestCase {
     _ = try challenge(client, afid: 7, claim: alice.identity.hex)
     for size in [0, 64, 95, 97, 128, 130] {
       XCTAssertEqual(
-        try client.rpc(.twrite(fid: 7, offset: 0, data: [UInt8](repeating: 1, count: size))),
+        try client.rpc(
+          .twrite(fid: 7, offset: 0, data: ArraySlice<UInt8>(repeating: 1, count: size))),
         .rerror(ename: "invalid auth response size"), "\(size) bytes")
     }
   }
@@ -182,13 +183,13 @@ final class AuthenticationTests: ServerTestCase {
     let challenge = try challenge(client, afid: 7, claim: alice.identity.hex)
     var forged = try ChallengeResponse.respond(to: challenge.reversed(), with: alice)
     XCTAssertEqual(
-      try client.rpc(.twrite(fid: 7, offset: 0, data: forged)),
+      try client.rpc(.twrite(fid: 7, offset: 0, data: forged[...])),
       .rerror(ename: "authentication failed"))
     // A flipped bit.
     forged = try ChallengeResponse.respond(to: challenge, with: alice)
     forged[3] ^= 1
     XCTAssertEqual(
-      try client.rpc(.twrite(fid: 7, offset: 0, data: forged)),
+      try client.rpc(.twrite(fid: 7, offset: 0, data: forged[...])),
       .rerror(ename: "authentication failed"))
     // Bob's good signature, claiming Alice's identity.
     XCTAssertEqual(
@@ -241,7 +242,7 @@ final class AuthenticationTests: ServerTestCase {
       try client.rpc(.tread(fid: 7, offset: 0, count: 64)), .rerror(ename: "authentication timeout")
     )
     XCTAssertEqual(
-      try client.rpc(.twrite(fid: 8, offset: 0, data: response)),
+      try client.rpc(.twrite(fid: 8, offset: 0, data: response[...])),
       .rerror(ename: "authentication timeout"))
   }
 
@@ -307,7 +308,7 @@ final class AuthenticationTests: ServerTestCase {
     XCTAssertTrue(try aliceClient.readFile("chat/lobby").hasSuffix("] alice: hi\n"))
     for (client, allowed) in [(aliceClient, true), (bobClient, false), (guest, false)] {
       _ = try client.open("etc/motd", fid: 20, mode: .write)
-      let reply = try client.rpc(.twrite(fid: 20, offset: 0, data: Array("new motd\n".utf8)))
+      let reply = try client.rpc(.twrite(fid: 20, offset: 0, data: ArraySlice("new motd\n".utf8)))
       XCTAssertEqual(reply, allowed ? .rwrite(count: 9) : .rerror(ename: "not authorized"))
       _ = try client.rpc(.tclunk(fid: 20))
     }

@@ -82,14 +82,14 @@ final class DaemonProcessTests: XCTestCase {
       XCTAssertEqual(try client.post("tech:kept across restarts"), .rwrite(count: 25))
       _ = try client.open("etc/motd", fid: 2, mode: .write)
       XCTAssertEqual(
-        try client.rpc(.twrite(fid: 2, offset: 0, data: Array("Persistent\n".utf8))),
+        try client.rpc(.twrite(fid: 2, offset: 0, data: ArraySlice("Persistent\n".utf8))),
         .rwrite(count: 11))
       _ = try client.rpc(.twalk(fid: 0, newfid: 3, names: ["rooms", "lobby"]))
       guard
         case .rcreate = try client.rpc(
           .tcreate(fid: 3, name: "1738005432123", perm: FileMode(permissions: 0o644), mode: .write))
       else { return XCTFail("create failed") }
-      _ = try client.rpc(.twrite(fid: 3, offset: 0, data: Array("Subject: S\n\nBody".utf8)))
+      _ = try client.rpc(.twrite(fid: 3, offset: 0, data: ArraySlice("Subject: S\n\nBody".utf8)))
     }
     stop(first)
     XCTAssertEqual(first.terminationStatus, 0)

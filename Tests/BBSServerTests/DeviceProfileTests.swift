@@ -57,7 +57,7 @@ final class DeviceProfileTests: ServerTestCase {
     try startServer()
     let client = try connect()
     _ = try client.open("chat/post", fid: 1, mode: .write)
-    let big = Message.twrite(fid: 1, offset: 0, data: Array(repeating: 0x41, count: 300))
+    let big = Message.twrite(fid: 1, offset: 0, data: ArraySlice(repeating: 0x41, count: 300))
     try XCTUnwrap(client.socket).sendRaw(big.encoded(tag: 2))
     XCTAssertTrue(client.waitForDisconnect())
   }
@@ -69,7 +69,7 @@ final class DeviceProfileTests: ServerTestCase {
     _ = try client.open("chat/post", fid: 1, mode: .write)
     let text = "lobby:" + String(repeating: "x", count: 300)
     XCTAssertEqual(
-      try client.rpc(.twrite(fid: 1, offset: 0, data: Array(text.utf8)), tag: 2),
+      try client.rpc(.twrite(fid: 1, offset: 0, data: ArraySlice(text.utf8)), tag: 2),
       .rwrite(count: UInt32(text.utf8.count)), "full count although the text is cut at 255")
     let line = try client.readFile("chat/lobby", count: 1024)
     XCTAssertTrue(line.hasSuffix("alice: " + String(repeating: "x", count: 255) + "\n"))

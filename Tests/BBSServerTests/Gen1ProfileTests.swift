@@ -66,7 +66,7 @@ final class Gen1ProfileTests: ServerTestCase {
     let client = try connect()
     _ = try client.open("chat/post", fid: 2, mode: .write)
     for index in 1...50 {
-      _ = try client.rpc(.twrite(fid: 2, offset: 0, data: Array("lobby:line \(index)".utf8)))
+      _ = try client.rpc(.twrite(fid: 2, offset: 0, data: ArraySlice("lobby:line \(index)".utf8)))
     }
     _ = try client.open("chat/lobby", fid: 1)
     let lines = texts(try read(client, fid: 1))
@@ -120,7 +120,7 @@ final class Gen1ProfileTests: ServerTestCase {
       try client.rpc(.tread(fid: 2, offset: 0, count: 100)), .rerror(ename: "read failed"))
     // write: ENOENT for an unknown room.
     XCTAssertEqual(
-      try client.rpc(.twrite(fid: 2, offset: 0, data: Array("nowhere:hi".utf8))),
+      try client.rpc(.twrite(fid: 2, offset: 0, data: ArraySlice("nowhere:hi".utf8))),
       .rerror(ename: "write failed"))
     // remove: ENOTSUP.
     _ = try client.rpc(.twalk(fid: 0, newfid: 3, names: ["etc", "motd"]))
@@ -160,7 +160,7 @@ final class Gen1ProfileTests: ServerTestCase {
     let client = try connect(msize: 256)
     _ = try client.open("chat/post", fid: 2, mode: .write)
     for index in 1...20 {
-      _ = try client.rpc(.twrite(fid: 2, offset: 0, data: Array("lobby:line \(index)".utf8)))
+      _ = try client.rpc(.twrite(fid: 2, offset: 0, data: ArraySlice("lobby:line \(index)".utf8)))
     }
     _ = try client.open("chat/lobby", fid: 1)
     XCTAssertGreaterThan(

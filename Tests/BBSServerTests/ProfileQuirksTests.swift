@@ -35,7 +35,7 @@ final class ProfileQuirksTests: ServerTestCase {
         .tcreate(fid: 20, name: "1738005432123", perm: FileMode(permissions: 0o644), mode: .write)
       )
     else { throw TestError.unexpected("create") }
-    _ = try client.rpc(.twrite(fid: 20, offset: 0, data: Array(text.utf8)))
+    _ = try client.rpc(.twrite(fid: 20, offset: 0, data: ArraySlice(text.utf8)))
     _ = try client.rpc(.tclunk(fid: 20))
     _ = try client.open("rooms/lobby", fid: 21)
     defer { _ = try? client.rpc(.tclunk(fid: 21)) }

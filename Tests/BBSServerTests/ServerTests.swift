@@ -272,7 +272,7 @@ final class ServerTests: ServerTestCase {
     XCTAssertFalse(qid.isDirectory)
     let content = Array("Subject: Greetings\n\nFirst post.".utf8)
     XCTAssertEqual(
-      try client.rpc(.twrite(fid: 20, offset: 0, data: content)),
+      try client.rpc(.twrite(fid: 20, offset: 0, data: content[...])),
       .rwrite(count: UInt32(content.count)))
     _ = try client.rpc(.tclunk(fid: 20))
     let text = try client.readFile("rooms/lobby/2838644539")
@@ -305,11 +305,12 @@ final class ServerTests: ServerTestCase {
     XCTAssertTrue(server?.board.rooms.hasRoom("news") ?? false)
     _ = try other.open("etc/motd", fid: 31, mode: .write)
     XCTAssertEqual(
-      try other.rpc(.twrite(fid: 31, offset: 0, data: Array("hacked".utf8))),
+      try other.rpc(.twrite(fid: 31, offset: 0, data: ArraySlice("hacked".utf8))),
       .rerror(ename: "not authorized"))
     _ = try sysop.open("etc/motd", fid: 31, mode: .write)
     XCTAssertEqual(
-      try sysop.rpc(.twrite(fid: 31, offset: 0, data: Array("New motd\n".utf8))), .rwrite(count: 9))
+      try sysop.rpc(.twrite(fid: 31, offset: 0, data: ArraySlice("New motd\n".utf8))),
+      .rwrite(count: 9))
     XCTAssertEqual(try other.readFile("etc/motd"), "New motd\n")
     XCTAssertEqual(try other.readFile("etc/registration"), "disabled\n")
   }
@@ -378,7 +379,8 @@ final class ServerTests: ServerTestCase {
         .tcreate(fid: 50, name: "note.txt", perm: FileMode(permissions: 0o644), mode: .readWrite))
     else { return XCTFail("create failed") }
     XCTAssertEqual(
-      try client.rpc(.twrite(fid: 50, offset: 0, data: Array("hi there".utf8))), .rwrite(count: 8))
+      try client.rpc(.twrite(fid: 50, offset: 0, data: ArraySlice("hi there".utf8))),
+      .rwrite(count: 8))
     _ = try client.rpc(.tclunk(fid: 50))
     XCTAssertEqual(try String(contentsOfFile: dir + "/note.txt", encoding: .utf8), "hi there")
     XCTAssertEqual(try client.readFile("files/note.txt"), "hi there")
@@ -391,6 +393,40 @@ final class ServerTests: ServerTestCase {
     _ = try client.rpc(.twalk(fid: 0, newfid: 52, names: ["files", "note.txt"]))
     XCTAssertEqual(try client.rpc(.tremove(fid: 52)), .rremove)
     XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/note.txt"))
+  }
+
+  /// Twrites as large as the msize allows (their data a view into the received frame) land
+  /// byte for byte at their offsets; one whose count disagrees with its size is refused and the file is untouched.
+  func testFilesAreaLargeWritesAndBadCounts() throws {
+    let dir = try makeTemporaryDirectory("9bbs-files")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    try startServer {
+      $0.filesDirectory = dir
+      $0.filesWritable = true
+    }
+    let client = try connect()
+    _ = try client.rpc(.twalk(fid: 0, newfid: 60, names: ["files"]))
+    guard
+      case .rcreate = try client.rpc(
+        .tcreate(fid: 60, name: "big.bin", perm: FileMode(permissions: 0o644), mode: .write))
+    else { return XCTFail("create failed") }
+    let content = (0..<16_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 11) }
+    // Out of order, with slices that start mid-buffer.
+    for range in [8000..<16_000, 0..<1, 1..<8000] {
+      XCTAssertEqual(
+        try client.rpc(.twrite(fid: 60, offset: UInt64(range.lowerBound), data: content[range])),
+        .rwrite(count: UInt32(range.count)))
+    }
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: dir + "/big.bin")), Data(content))
+    for count: UInt32 in [0, 99, 101, .max] {
+      var frame = Message.twrite(fid: 60, offset: 0, data: ArraySlice(repeating: 0, count: 100))
+        .encoded(tag: 4)
+      for index in 0..<4 { frame[19 + index] = UInt8(truncatingIfNeeded: count >> (8 * index)) }
+      try client.transport.send(frame)
+      XCTAssertEqual(try client.reply(tag: 4), .rerror(ename: "malformed Twrite"), "\(count)")
+    }
+    _ = try client.rpc(.tclunk(fid: 60))
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: dir + "/big.bin")), Data(content))
   }
 
   private func walkQid(_ client: WireClient, _ names: [String]) throws -> Qid? {

@@ -153,7 +153,7 @@ final class WireClient: @unchecked Sendable {
   func post(_ payload: String, fid: Fid = 91) throws -> Message {
     _ = try open("chat/post", fid: fid, mode: .write)
     defer { _ = try? rpc(.tclunk(fid: fid)) }
-    return try rpc(.twrite(fid: fid, offset: 0, data: Array(payload.utf8)))
+    return try rpc(.twrite(fid: fid, offset: 0, data: ArraySlice(payload.utf8)))
   }
 }
 

@@ -460,7 +460,8 @@ final class ClientServerTests: XCTestCase {
           area.fid, name: name, perm: FileMode(permissions: 0o644), mode: .write, completion: $0)
       }
       let wrote = try awaitResult("write \(payload.count) bytes", timeout: 60) {
-        session.writeAll(area.fid, offset: 0, data: payload, iounit: created.iounit, completion: $0)
+        session.writeAll(
+          area.fid, offset: 0, data: payload[...], iounit: created.iounit, completion: $0)
       }
       XCTAssertEqual(wrote, payload.count, "\(board.target)")
       _ = try awaitResult("clunk") { session.clunk(area.fid, completion: $0) }

@@ -155,13 +155,13 @@ final class PipelineTests: XCTestCase {
     let writes = Mutex<[UInt64: [UInt8]]>([:])
     let (session, _) = try connect(profile: .multiplex) { server, tag, message in
       guard case .twrite(_, let offset, let data) = message else { return }
-      writes.withLock { $0[offset] = data }
+      writes.withLock { $0[offset] = Array(data) }
       server.reply(tag, .rwrite(count: UInt32(data.count)))
     }
     let data = Self.content(0..<(5 * 8192 + 10))
     let written = Mutex<Result<Int, NinePError>?>(nil)
     let done = expectation(description: "write")
-    session.writePipelined(5, offset: 100, data: data, chunk: 8192) { result in
+    session.writePipelined(5, offset: 100, data: data[...], chunk: 8192) { result in
       written.withLock { $0 = result }
       done.fulfill()
     }

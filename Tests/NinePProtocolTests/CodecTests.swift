@@ -34,7 +34,7 @@ final class CodecTests: XCTestCase {
       .tread(fid: 1, offset: 1 << 40, count: 8181),
       .rread(data: ArraySlice("[00:00:01] alice: hi\n".utf8)),
       .rread(data: []),
-      .twrite(fid: 1, offset: 0, data: Array("lobby:hello".utf8)),
+      .twrite(fid: 1, offset: 0, data: ArraySlice("lobby:hello".utf8)),
       .rwrite(count: 11),
       .tclunk(fid: 1),
       .rclunk,
@@ -90,6 +90,53 @@ final class CodecTests: XCTestCase {
     XCTAssertEqual(
       frame.withUnsafeBufferPointer { $0.baseAddress! + NineP.readOverhead },
       data.withUnsafeBufferPointer { $0.baseAddress! }, "the data shares the frame's storage")
+  }
+
+  /// Twrite's header, followed by the data, is byte for byte the whole encoding, for any data
+  /// slice (a sender gathers the two instead of copying the data into a frame).
+  func testTwriteHeaderPlusDataIsTheEncoding() {
+    let buffer = (0..<70_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+    for range in [0..<0, 0..<1, 3..<4099, 1000..<70_000] {
+      let data = buffer[range]
+      let message = Message.twrite(fid: 0xDEAD_BEEF, offset: 1 << 40 | 5, data: data)
+      let header = Message.twriteHeader(
+        tag: 513, fid: 0xDEAD_BEEF, offset: 1 << 40 | 5, count: data.count)
+      XCTAssertEqual(header.count, NineP.writeOverhead)
+      XCTAssertEqual(header + data, message.encoded(tag: 513), "\(range)")
+    }
+  }
+
+  /// Twrite's data is a view into the frame it came in, as Rread's is.
+  func testTwriteDataIsAViewIntoTheFrame() throws {
+    let payload = (0..<5000).map { UInt8(truncatingIfNeeded: $0) }
+    let frame = Message.twrite(fid: 3, offset: 77, data: payload[...]).encoded(tag: 4)
+    let (tag, message) = try Message.decode(frame, limits: .unbounded)
+    XCTAssertEqual(tag, 4)
+    guard case .twrite(3, 77, let data) = message else { return XCTFail("not it: \(message)") }
+    XCTAssertEqual(data.indices, NineP.writeOverhead..<frame.count)
+    XCTAssertEqual(Array(data), payload)
+    XCTAssertEqual(
+      frame.withUnsafeBufferPointer { $0.baseAddress! + NineP.writeOverhead },
+      data.withUnsafeBufferPointer { $0.baseAddress! }, "the data shares the frame's storage")
+  }
+
+  /// A Twrite whose count says more or less than the frame carries is refused, whatever the
+  /// count (up to the largest a 32-bit field can claim).
+  func testRejectsTwriteCountDisagreeingWithFrame() {
+    let frame = Message.twrite(fid: 1, offset: 0, data: ArraySlice(repeating: 9, count: 100))
+      .encoded(tag: 1)
+    for count: UInt32 in [0, 1, 99, 101, 4096, 0x7FFF_FFFF, .max] {
+      var bad = frame
+      for index in 0..<4 { bad[19 + index] = UInt8(truncatingIfNeeded: count >> (8 * index)) }
+      XCTAssertThrowsError(try Message.decode(bad, limits: .unbounded), "count \(count)") {
+        if count < 100 {
+          XCTAssertEqual(
+            $0 as? ProtocolError, .trailingBytes(count: 100 - Int(count), message: "Twrite"))
+        } else {
+          XCTAssertEqual($0 as? ProtocolError, .truncated(field: "data", message: "Twrite"))
+        }
+      }
+    }
   }
 
   func testRejectsFramesOverTheLimit() {

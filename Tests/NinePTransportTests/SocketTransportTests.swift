@@ -225,6 +225,61 @@ final class SocketTransportTests: XCTestCase {
     }
   }
 
+  /// A message sent as header plus a payload slice arrives as the joined message would: on
+  /// streams in one piece (also when the socket takes it in several writes), on seqpacket
+  /// reassembled from the SDUs `send` would make.
+  func testGatheredSendMatchesJoinedMessage() throws {
+    for address in allListenAddresses {
+      let (listener, client, server) = try connectedPair(address)
+      defer {
+        client.close()
+        server.close()
+        listener.close()
+      }
+      let lengths = [0, 1, 16, 300, 70_000] + (address.isPacketTransport ? [] : [4 << 20])
+      let messages = lengths.enumerated().map { patternMessage(tag: UInt16($0), length: $1) }
+      let received = Background {
+        var got: [[UInt8]] = []
+        while got.count < messages.count, let message = try server.receive(limit: 8 << 20) {
+          got.append(message)
+        }
+        return got
+      }
+      for message in messages {
+        // The payload is a slice not starting at index 0, as a Twrite chunk of a larger write.
+        let buffer = [0xEE, 0xEE] + message
+        let headerLength = min(23, message.count)
+        try client.send(
+          header: Array(message[..<headerLength]), payload: buffer[(2 + headerLength)...])
+      }
+      let got = try received.value()
+      XCTAssertEqual(got.count, messages.count, "\(address)")
+      for (one, other) in zip(got, messages) { XCTAssertTrue(one == other, "\(address)") }
+    }
+  }
+
+  func testGatheredSendKeepsSeqpacketSegmentation() throws {
+    let limit = 32
+    let (listener, client, server) = try connectedPair(
+      .seqpacket(path: directory + "/s", sduLimit: limit))
+    defer {
+      client.close()
+      server.close()
+      listener.close()
+    }
+    let message = patternMessage(tag: 5, length: 500)
+    let expected = SDUSegmenter.segments(of: message, limit: limit).map(Array.init)
+    let observed = Background {
+      var sdus: [[UInt8]] = []
+      while sdus.count < expected.count, let sdu = try server.receiveRaw(maxBytes: 4096) {
+        sdus.append(sdu)
+      }
+      return sdus
+    }
+    try client.send(header: Array(message[..<23]), payload: message[23...])
+    XCTAssertEqual(try observed.value(), expected)
+  }
+
   func testTruncatedLargeMessage() throws {
     let (listener, client, server) = try connectedPair(.unix(path: directory + "/l"))
     defer {

@@ -129,10 +129,10 @@ final class RemoteFile: @unchecked Sendable {
       let chunk = Int(chunkLimit(UInt32(clamping: session.maxWriteCount)))
       if appendOnly {
         session.writeAll(
-          fid, offset: offset, data: data, iounit: UInt32(chunk), completion: completion)
+          fid, offset: offset, data: data[...], iounit: UInt32(chunk), completion: completion)
       } else {
         session.writePipelined(
-          fid, offset: offset, data: data, chunk: chunk, completion: completion)
+          fid, offset: offset, data: data[...], chunk: chunk, completion: completion)
       }
     }
   }

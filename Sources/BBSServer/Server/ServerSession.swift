@@ -346,7 +346,7 @@ final class ServerSession: Sendable {
 
     case .twrite(let fid, _, let data) where state.auth.isAuthFid(fid):
       let count = try state.auth.write(
-        afid: fid, data: data, lifetime: configuration.challengeLifetime, logger: logger,
+        afid: fid, data: Array(data), lifetime: configuration.challengeLifetime, logger: logger,
         session: id)
       return .rwrite(count: UInt32(count))
 

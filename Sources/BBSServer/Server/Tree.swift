@@ -264,19 +264,20 @@ final class Tree: Sendable {
     }
   }
 
-  /// Writes a node; returns the count to report.
-  func write(_ node: Node, offset: UInt64, data: [UInt8], user: BoardUser, fd: Int32?)
+  /// Writes a node; returns the count to report. `data` is usually a view into the request
+  /// frame: a file-area write goes from there to the file without a copy.
+  func write(_ node: Node, offset: UInt64, data: ArraySlice<UInt8>, user: BoardUser, fd: Int32?)
     throws(NinePFailure) -> Int
   {
     do {
       switch node {
       case .chatPost:
-        try board.chat.post(payload: data, author: user)
+        try board.chat.post(payload: Array(data), author: user)
         return data.count
       case .etcFile(let field):
-        return try board.etc.write(field, offset: offset, data: data, user: user.id)
+        return try board.etc.write(field, offset: offset, data: Array(data), user: user.id)
       case .boardMessage(let room, let id):
-        return try board.rooms.write(in: room, id: id, offset: offset, data: data)
+        return try board.rooms.write(in: room, id: id, offset: offset, data: Array(data))
       case .files:
         guard let fd else { throw NinePFailure(errno: EISDIR, operation: "write") }
         let wrote = data.withUnsafeBytes {
