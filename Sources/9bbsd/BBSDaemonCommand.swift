@@ -77,7 +77,9 @@ struct BBSDaemonCommand: ParsableCommand {
       """, valueName: "N"))
   var maxConnections: Int?
 
-  @Option(help: "Largest msize granted (the device and gen1 profiles cap it at 8192).")
+  @Option(
+    help:
+      "Largest msize granted (default: 1 MiB + 24; the device and gen1 profiles cap it at 8192).")
   var maxMsize: Int?
 
   @Option(

@@ -1,3 +1,4 @@
+import NinePProtocol
 import NinePTransport
 
 /// The wire discipline a session follows, chosen per server.
@@ -63,7 +64,7 @@ public struct SessionConfiguration: Sendable {
       maxParkedReads = 4
       parkGrace = .milliseconds(250)
     case .multiplex:
-      self.requestedMsize = requestedMsize ?? (256 * 1024 + 24)
+      self.requestedMsize = requestedMsize ?? UInt32(NineP.defaultMessageSize)
       maxTags = 256
       maxFids = 4096
       maxParkedReads = 64

@@ -36,6 +36,10 @@ public enum NineP {
   public static let writeOverhead = 23
   /// Most names (or qids) one walk may carry.
   public static let maxWalkElements = 16
+  /// The msize a client asks for and a server grants on a multiplexing link: a megabyte of
+  /// data (the most one FUSE read or write carries) plus the 24-byte I/O header, so each
+  /// request of the kernel is one Tread or Twrite.
+  public static let defaultMessageSize = (1 << 20) + 24
 }
 
 /// One 9P2000 message, T or R, without its tag.

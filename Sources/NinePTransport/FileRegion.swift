@@ -24,7 +24,9 @@ public struct FileRegion: Sendable {
     var done = 0
     while done < count {
       let got = bytes.withUnsafeMutableBytes { raw in
-        pread(descriptor, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+        pread(
+          descriptor, raw.baseAddress.map { $0 + done }, count - done,
+          off_t(offset) + off_t(done))
       }
       if got > 0 {
         done += got

@@ -54,6 +54,33 @@ final class LargeFileTests: XCTestCase {
     rig.assertNoViolations()
   }
 
+  /// A sequential reader has the next megabytes read ahead; a write through the mount in the
+  /// meantime must reach it, not the bytes read before the write. Direct I/O, so the kernel's
+  /// page cache cannot hide a stale read-ahead.
+  func testReadAheadNeverServesBytesTheMountOverwrote() throws {
+    let (rig, _) = try start()
+    let script = """
+      import mmap, os, sys, time
+      path = sys.argv[1]
+      reader = os.open(path, os.O_RDONLY | os.O_DIRECT)
+      buffer = mmap.mmap(-1, 1 << 20)
+      assert os.preadv(reader, [buffer], 0) == 1 << 20
+      time.sleep(0.3)  # the next megabytes are read ahead by now
+      writer = os.open(path, os.O_WRONLY)
+      os.pwrite(writer, b'Z' * 4096, 2 << 20)
+      os.close(writer)
+      for offset in (1 << 20, 2 << 20):
+          assert os.preadv(reader, [buffer], offset) == 1 << 20
+      assert buffer[:4096] == b'Z' * 4096, bytes(buffer[:16])
+      print('ok')
+      """
+    let scriptPath = rig.directory + "/read_ahead.py"
+    try script.write(toFile: scriptPath, atomically: true, encoding: .utf8)
+    XCTAssertEqual(
+      try sh("python3 \(scriptPath) \(rig.path("files/big.bin"))", timeout: 60), "ok\n")
+    rig.assertNoViolations()
+  }
+
   func testMmapReadsTheServerFile() throws {
     let (rig, area) = try start()
     let script = """

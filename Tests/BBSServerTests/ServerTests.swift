@@ -39,10 +39,10 @@ final class ServerTests: ServerTestCase {
     clients.append(client)
     XCTAssertEqual(
       try client.rpc(.tversion(msize: 1 << 30, version: "9P2000"), tag: NineP.noTag),
-      .rversion(msize: 1 << 20, version: "9P2000"))
+      .rversion(msize: UInt32(NineP.defaultMessageSize), version: "9P2000"))
     XCTAssertEqual(
       try client.rpc(.tversion(msize: 8192, version: "9P1999"), tag: NineP.noTag),
-      .rversion(msize: 1 << 20, version: "unknown"))
+      .rversion(msize: UInt32(NineP.defaultMessageSize), version: "unknown"))
     // Like 9p4z HEAD: any version starting with 9P2000 gets plain 9P2000.
     XCTAssertEqual(
       try client.rpc(.tversion(msize: 4096, version: "9P2000.L"), tag: NineP.noTag),

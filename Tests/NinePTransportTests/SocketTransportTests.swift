@@ -69,6 +69,55 @@ final class SocketTransportTests: XCTestCase {
     }
   }
 
+  /// A message whose tail is a file region arrives whole on every kind of transport (sendfile
+  /// on streams, through memory on packets), large ones too; a region the file no longer has
+  /// all of is padded with zeros, so the stream stays framed for the next message.
+  func testFileRegionMessagesArriveWholeAndFramed() throws {
+    let path = directory + "/region"
+    let bytes = (0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 11) }
+    try Data(bytes).write(to: URL(fileURLWithPath: path))
+    let fd = open(path, O_RDONLY)
+    XCTAssertGreaterThanOrEqual(fd, 0)
+    defer { close(fd) }
+    @Sendable func header(_ count: Int) -> [UInt8] {
+      let size = UInt32(11 + count)
+      return [
+        UInt8(size & 0xFF), UInt8(size >> 8 & 0xFF), UInt8(size >> 16 & 0xFF), UInt8(size >> 24),
+        117, 1, 0, UInt8(count & 0xFF), UInt8(count >> 8 & 0xFF), UInt8(count >> 16 & 0xFF),
+        UInt8(count >> 24),
+      ]
+    }
+    for address in allListenAddresses {
+      let (listener, client, server) = try connectedPair(address)
+      defer {
+        client.close()
+        server.close()
+        listener.close()
+      }
+      let packets = server.isPacket
+      // Packet transports carry at most one SDU limit's worth per message here.
+      let cases: [(offset: Int, count: Int)] =
+        packets ? [(5, 10)] : [(0, 2_500_000), (1_234_567, 100_000), (2_999_000, 4_000)]
+      let sender = Background {
+        for (offset, count) in cases {
+          try server.send(
+            header: header(count),
+            file: FileRegion(descriptor: fd, offset: Int64(offset), count: count))
+        }
+        try server.send(patternMessage(tag: 9, length: 20))
+      }
+      for (offset, count) in cases {
+        let message = try XCTUnwrap(try client.receive(limit: 4 << 20), "\(address)")
+        XCTAssertEqual(message.count, 11 + count, "\(address)")
+        let have = min(count, max(0, bytes.count - offset))
+        XCTAssertEqual(Array(message[11..<11 + have]), Array(bytes[offset..<offset + have]))
+        XCTAssertTrue(message[(11 + have)...].allSatisfy { $0 == 0 }, "padding, \(address)")
+      }
+      XCTAssertEqual(try client.receive(limit: 8192), patternMessage(tag: 9, length: 20))
+      try sender.value()
+    }
+  }
+
   func testTCPListenerReportsRealPortAndDialStringWorks() throws {
     let listener = try Listener(address: .tcp(host: "127.0.0.1", port: 0))
     defer { listener.close() }

@@ -19,19 +19,32 @@ final class PageCacheLedger: Sendable {
     }
   }
 
-  private let versions = Mutex<[FuseInode: Version]>([:])
+  private struct Table {
+    var versions: [FuseInode: Version] = [:]
+    var writes: [FuseInode: UInt64] = [:]
+  }
+  private let table = Mutex(Table())
 
   /// Records that an open of `inode` at `version` goes through the page cache; true if the
   /// pages cached by an earlier open are of the same version and may be kept.
   func open(_ inode: FuseInode, at version: Version) -> Bool {
-    versions.withLock { table in
-      defer { table[inode] = version }
-      return table[inode] == version
+    table.withLock { table in
+      defer { table.versions[inode] = version }
+      return table.versions[inode] == version
     }
   }
 
   /// The file changed through the mount (or is opened without the cache): cached pages must go.
   func forget(_ inode: FuseInode) {
-    _ = versions.withLock { $0.removeValue(forKey: inode) }
+    table.withLock { table in
+      table.versions[inode] = nil
+      table.writes[inode, default: 0] &+= 1
+    }
+  }
+
+  /// A number that changes every time `inode` is forgotten: what was read of it before is
+  /// stale once this moves (``ReadAhead`` checks it).
+  func generation(of inode: FuseInode) -> UInt64 {
+    table.withLock { $0.writes[inode] ?? 0 }
   }
 }

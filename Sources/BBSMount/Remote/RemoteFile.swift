@@ -107,6 +107,12 @@ final class RemoteFile: @unchecked Sendable {
     group.cancelAll(on: current.session)
   }
 
+  /// Whether reads of this file may go ahead of the reader (``ReadAhead``): on a multiplexing
+  /// server, where they queue behind nothing; a board's channel serves one request at a time.
+  var readsAhead: Bool {
+    current.session.configuration.profile == .multiplex
+  }
+
   /// How many bytes of writes may be on their way before a `write(2)` waits for the server
   /// (``WriteBehind``): none on a device link (a board takes one request at a time, and a
   /// `close` would wait for megabytes at radio speed) or for an append-only file.

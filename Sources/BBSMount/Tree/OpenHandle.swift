@@ -86,13 +86,24 @@ final class FileHandle: OpenHandle {
   private let inodes: InodeTable
   private let pageCache: PageCacheLedger
   private let writes: WriteBehind
+  /// Reads ahead of a sequential reader; nil on handles that write and on device links.
+  private let readAhead: ReadAhead?
 
-  init(file: RemoteFile, inode: FuseInode, inodes: InodeTable, pageCache: PageCacheLedger) {
+  /// - Parameter size: the file's size at open (for reading ahead no further).
+  init(
+    file: RemoteFile, inode: FuseInode, inodes: InodeTable, pageCache: PageCacheLedger,
+    size: UInt64? = nil
+  ) {
     self.file = file
     self.inode = inode
     self.inodes = inodes
     self.pageCache = pageCache
     writes = WriteBehind(limit: file.writeBehindLimit)
+    readAhead =
+      file.readsAhead && !file.mode.allowsWriting
+      ? ReadAhead(file: file, depth: ReadAhead.defaultDepth, size: size) {
+        [pageCache, inode] in pageCache.generation(of: inode)
+      } : nil
   }
 
   /// Opens the server file `node` on a fid of its own and answers `request` with its handle.
@@ -125,7 +136,8 @@ final class FileHandle: OpenHandle {
         }
         info.handle = handles.store(
           FileHandle(
-            file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache))
+            file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache,
+            size: node.stat?.length))
         if openMode.allowsWriting { tree.inodes.invalidate(node.inode) }
         // Interrupted meanwhile: the kernel will never release it, so close it now.
         if !request.replyOpen(info) { handles.remove(info.handle)?.release() }
@@ -167,12 +179,17 @@ final class FileHandle: OpenHandle {
       let group = RequestGroup()
       let pending = PendingReply(request) { [file] _ in file.cancel(group) }
       guard !pending.isAnswered else { return }
-      file.read(size: size, offset: offset, group: group) { result in
+      let answer: ReadAhead.Completion = { result in
         guard let request = pending.take() else { return }
         switch result {
         case .success(let pieces): request.replyData(pieces: pieces)
         case .failure(let error): request.replyError(error.errno)
         }
+      }
+      if let readAhead {
+        readAhead.read(size: size, offset: offset, group: group, answer)
+      } else {
+        file.read(size: size, offset: offset, group: group, answer)
       }
     }
   }
@@ -207,6 +224,7 @@ final class FileHandle: OpenHandle {
   }
 
   func release() {
+    readAhead?.close()
     writes.drain(reporting: false) { [file] _ in file.close() }
   }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import NinePProtocol
 
 /// Why the server could not start or serve.
 public enum ServerError: Error, Equatable, Sendable, CustomStringConvertible {
@@ -108,7 +109,7 @@ public struct BBSServerConfiguration: Sendable {
       maxFids = 32
       maxTags = nil
     case .standard:
-      self.maxMessageSize = maxMessageSize ?? (1 << 20)
+      self.maxMessageSize = maxMessageSize ?? NineP.defaultMessageSize
       self.connectionLimit = connectionLimit ?? .unlimited
       parkingSlots = 64
       maxFids = 4096
