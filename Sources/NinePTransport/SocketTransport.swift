@@ -89,7 +89,9 @@ public final class SocketTransport: FileRegionSending {
     }
     try gate.withAccess { () throws(TransportError) in
       try sendLock.withLock { _ throws(TransportError) in
-        try writeStream(header[...], flags: Int32(MSG_MORE))
+        // MSG_MORE holds the header back to share a segment with the data; with no data it
+        // would sit corked for up to 200 ms.
+        try writeStream(header[...], flags: file.count > 0 ? Int32(MSG_MORE) : 0)
         try writeFile(file)
       }
     }
