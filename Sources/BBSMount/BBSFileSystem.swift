@@ -16,8 +16,9 @@
 //   kind its own type (OpenHandle: read, write, flush, fsync, release, poll).
 // - Remote/: every walk, open, create, remove and rename over 9P, and RemoteFile, a server
 //   file on a fid that reopens after a reconnect and reads and writes in pipelined chunks;
-//   WriteBehind answers a file's writes before they land (multiplex links), PageCacheLedger
-//   decides when a file's cached pages may be kept.
+//   WriteBehind answers a file's writes before they land (multiplex links), ReadAhead keeps
+//   a sequential reader's next requests on the wire (multiplex links), PageCacheLedger
+//   decides when a file's cached pages may be kept and when what was read ahead is stale.
 // - Chat/: RoomFeeds runs one RoomFeed per open room on a stream session of the Pool, fanning
 //   its lines out to every RoomHandle through an offset-addressed Transcript; RoomFollowing
 //   holds tail -f's fstat until a room grows; PostHandle → PostChannel sends chat posts one

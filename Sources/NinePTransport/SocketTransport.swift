@@ -36,10 +36,6 @@ public final class SocketTransport: FileRegionSending {
   /// A stream message with at least this many bytes still to come is received straight into
   /// its own storage rather than through the assembler's buffer (one copy fewer per byte).
   static let directReadThreshold = 16384
-  /// The most a reader waiting for the rest of a large message asks the kernel to gather
-  /// before waking it (SO_RCVLOWAT): fewer wake-ups, while the copy out overlaps the arrival
-  /// of the next part.
-  static let lowWaterCap = 256 << 10
 
   /// Wraps connected descriptors; the transport owns them and closes them on `close()`
   /// (descriptors 0–2 are pointed at /dev/null instead, so they never get reused).
@@ -93,7 +89,9 @@ public final class SocketTransport: FileRegionSending {
     }
     try gate.withAccess { () throws(TransportError) in
       try sendLock.withLock { _ throws(TransportError) in
-        try writeStream(header[...], flags: Int32(MSG_MORE))
+        // MSG_MORE holds the header back to share a segment with the data; with no data it
+        // would sit corked for up to 200 ms.
+        try writeStream(header[...], flags: file.count > 0 ? Int32(MSG_MORE) : 0)
         try writeFile(file)
       }
     }
@@ -112,7 +110,7 @@ public final class SocketTransport: FileRegionSending {
           {
             // A large message: the rest goes straight into its own storage.
             return try state.assembler.nextMessage(limit: limit) { (rest) throws(TransportError) in
-              try readOnce(into: rest, waitingFor: rest.count)
+              try readOnce(into: rest)
             }
           }
           if let message = try state.assembler.nextMessage(limit: limit) { return message }
@@ -176,20 +174,14 @@ public final class SocketTransport: FileRegionSending {
   }
 
   /// One read into `buffer`: a whole SDU on packet transports, else up to `buffer.count` bytes.
-  /// 0 means EOF. On a stream socket, `wanted` bytes (the rest of a large message) are sure to
-  /// come: the wait lasts until a good part of them has arrived, not for every segment.
-  private func readOnce(into buffer: UnsafeMutableRawBufferPointer, waitingFor wanted: Int = 1)
-    throws(TransportError) -> Int
-  {
+  /// 0 means EOF.
+  private func readOnce(into buffer: UnsafeMutableRawBufferPointer) throws(TransportError) -> Int {
     let capacity = buffer.count
     var tried = false
     while true {
       // Read first and wait only when nothing is there: a poll per read doubles the system
       // calls of a bulk transfer.
       if tried || !readIsSocket || isPacket {
-        let lowWater = readIsSocket && !isPacket ? min(wanted, Self.lowWaterCap) : 1
-        if lowWater > 1 { _ = setOption(readFD, SOL_SOCKET, SO_RCVLOWAT, Int32(lowWater)) }
-        defer { if lowWater > 1 { _ = setOption(readFD, SOL_SOCKET, SO_RCVLOWAT, 1) } }
         _ = try gate.wait(for: readFD, events: Int16(POLLIN))
       }
       tried = true
