@@ -142,6 +142,7 @@ struct BBSDaemonCommand: ParsableCommand {
   }
 
   func run() throws {
+    keepLargeBuffersOnTheHeap()
     // Threads inherit the signal mask; start from an empty one so SIGINT/SIGTERM arrive.
     var empty = sigset_t()
     sigemptyset(&empty)

@@ -281,15 +281,3 @@ enum MountError: Error, CustomStringConvertible {
     }
   }
 }
-
-/// Raises glibc's mmap threshold to 4 MiB and its trim threshold to 32 MiB (`mallopt`, which
-/// Swift's Glibc module does not export: `<malloc.h>` is not in it).
-private func keepLargeBuffersOnTheHeap() {
-  typealias Mallopt = @convention(c) (Int32, Int32) -> Int32
-  guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "mallopt") else { return }
-  let mallopt = unsafeBitCast(symbol, to: Mallopt.self)
-  let trimThreshold: Int32 = -1  // M_TRIM_THRESHOLD
-  let mmapThreshold: Int32 = -3  // M_MMAP_THRESHOLD
-  _ = mallopt(mmapThreshold, 4 << 20)
-  _ = mallopt(trimThreshold, 32 << 20)
-}

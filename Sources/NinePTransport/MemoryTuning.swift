@@ -1,0 +1,16 @@
+import Glibc
+
+/// Keeps message-sized buffers (up to a few megabytes) on glibc's heap: raises its mmap
+/// threshold to 4 MiB and its trim threshold to 32 MiB. By default a buffer of a megabyte is
+/// a fresh mmap each time, page-faulted in and unmapped again, which costs more than the copy
+/// into it. For processes that move large 9P messages (the mount, 9bbsd, the benchmark).
+public func keepLargeBuffersOnTheHeap() {
+  // `mallopt` is not in Swift's Glibc module (`<malloc.h>` is not part of it).
+  typealias Mallopt = @convention(c) (Int32, Int32) -> Int32
+  guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "mallopt") else { return }
+  let mallopt = unsafeBitCast(symbol, to: Mallopt.self)
+  let trimThreshold: Int32 = -1  // M_TRIM_THRESHOLD
+  let mmapThreshold: Int32 = -3  // M_MMAP_THRESHOLD
+  _ = mallopt(mmapThreshold, 4 << 20)
+  _ = mallopt(trimThreshold, 32 << 20)
+}
