@@ -8,9 +8,9 @@ import Synchronization
 /// The kernel's FUSE readahead sends one request at a time here: it asks for the next
 /// megabyte only once the last one is answered, and a direct-I/O reader waits for each read
 /// anyway. Each request then costs a whole round trip to the server (and the server's disk),
-/// and the link idles in between. Once reads come in order, this keeps the next few requests
-/// of the same size on the wire before they are asked for; a request that matches the first of
-/// them takes its reply, or waits for it. A read elsewhere drops what was read ahead.
+/// and the link idles in between. Once two reads come in order, this keeps the next few
+/// requests of the same size on the wire before they are asked for; a request that matches the
+/// first of them takes its reply, or waits for it. A read elsewhere drops what was read ahead.
 ///
 /// What was read ahead is used only while the mount has not written the file (``generation``
 /// changes on every write) and only if it came back whole: a short reply is read again when
@@ -77,7 +77,9 @@ final class ReadAhead: Sendable {
     var started: [Chunk] = []
     let plan = state.withLock { s -> Plan in
       if s.closed || length <= 0 { return .fetch }
-      let inOrder = offset == 0 || s.expected == offset
+      // Two reads in order before reading ahead: `head` or `file` on a big file reads its
+      // first request only, and on a slow link what was read ahead for nothing holds it up.
+      let inOrder = s.expected == offset
       s.expected = offset + UInt64(length)
       var plan = Plan.fetch
       if let first = s.chunks.first, first.offset == offset, first.length == length,
