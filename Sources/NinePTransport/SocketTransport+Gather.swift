@@ -52,14 +52,7 @@ extension SocketTransport: GatheredSending {
         if header.isEmpty { return try writeStream(payload.dropFirst(count - fromHeader)) }
         continue
       }
-      switch code {
-      case EAGAIN, EWOULDBLOCK:
-        _ = try gate.wait(for: writeFD, events: Int16(POLLOUT))
-      case EINTR, 0:
-        continue
-      default:
-        throw .io(operation: "send", errno: code)
-      }
+      try awaitRoomToSend(after: code)
     }
     try writeStream(payload)
   }

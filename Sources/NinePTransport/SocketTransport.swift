@@ -22,6 +22,8 @@ public final class SocketTransport: FileRegionSending {
   let writeIsSocket: Bool
   let gate: IOGate
   let sendLock = Mutex(())
+  /// Whether the write descriptor was set O_NONBLOCK for sendfile(2) (done once, on first use).
+  private let madeNonBlocking = Atomic(false)
   private let receiveState = Mutex(ReceiveState())
 
   private struct ReceiveState {
@@ -225,6 +227,19 @@ public final class SocketTransport: FileRegionSending {
     }
   }
 
+  /// After a send that moved nothing and failed with `code`: waits for room on EAGAIN,
+  /// returns at once on EINTR (the caller tries again), throws on anything else.
+  func awaitRoomToSend(after code: Int32, operation: String = "send") throws(TransportError) {
+    switch code {
+    case EAGAIN, EWOULDBLOCK:
+      _ = try gate.wait(for: writeFD, events: Int16(POLLOUT))
+    case EINTR, 0:
+      return
+    default:
+      throw .io(operation: operation, errno: code)
+    }
+  }
+
   /// Writes all of `bytes` to a byte stream; `flags` are added to a socket's send flags
   /// (`MSG_MORE` when more of the message follows).
   func writeStream(_ bytes: ArraySlice<UInt8>, flags: Int32 = 0) throws(TransportError) {
@@ -247,14 +262,7 @@ public final class SocketTransport: FileRegionSending {
         rest = rest.dropFirst(count)
         continue
       }
-      switch code {
-      case EAGAIN, EWOULDBLOCK:
-        _ = try gate.wait(for: writeFD, events: Int16(POLLOUT))
-      case EINTR, 0:
-        continue
-      default:
-        throw .io(operation: "send", errno: code)
-      }
+      try awaitRoomToSend(after: code)
     }
   }
 }
@@ -266,8 +274,11 @@ extension SocketTransport {
     // sendfile(2) has no MSG_DONTWAIT: the socket itself goes non-blocking (every other call on
     // it already passes MSG_DONTWAIT and waits in the gate), so a peer that stops reading
     // cannot hold this thread past close().
-    let flags = fcntl(writeFD, F_GETFL)
-    if flags >= 0, flags & O_NONBLOCK == 0 { _ = fcntl(writeFD, F_SETFL, flags | O_NONBLOCK) }
+    if !madeNonBlocking.load(ordering: .relaxed) {
+      let flags = fcntl(writeFD, F_GETFL)
+      if flags >= 0, flags & O_NONBLOCK == 0 { _ = fcntl(writeFD, F_SETFL, flags | O_NONBLOCK) }
+      madeNonBlocking.store(true, ordering: .relaxed)
+    }
     var offset = off_t(file.offset)
     var rest = file.count
     while rest > 0 {
@@ -277,18 +288,13 @@ extension SocketTransport {
         continue
       }
       if count == 0 { break }
-      switch errno {
-      case EAGAIN, EWOULDBLOCK:
-        _ = try gate.wait(for: writeFD, events: Int16(POLLOUT))
-      case EINTR:
-        continue
-      case EINVAL, ENOSYS, EOPNOTSUPP:
+      let code = errno
+      if code == EINVAL || code == ENOSYS || code == EOPNOTSUPP {
         // A file sendfile cannot read from: send the rest through memory.
         let tail = FileRegion(descriptor: file.descriptor, offset: Int64(offset), count: rest)
         return try writeStream(tail.contents()[...])
-      default:
-        throw .io(operation: "send file", errno: errno)
       }
+      try awaitRoomToSend(after: code, operation: "send file")
     }
     if rest > 0 { try writeStream([UInt8](repeating: 0, count: rest)[...]) }
   }

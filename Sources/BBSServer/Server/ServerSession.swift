@@ -161,16 +161,23 @@ final class ServerSession: Sendable {
     return frames.map(OutgoingFrame.bytes) + (fileRead.map { [$0] } ?? [])
   }
 
+  /// How many bytes a Tread asking for `count` gets at most: what one Rread can carry.
+  private func readLimit(_ count: UInt32, _ state: State) -> Int {
+    // Gen-1 clamps to its 8192-byte TX buffer, not to the negotiated msize (facts §7.2).
+    let buffer = gen1 ? configuration.maxMessageSize : state.msize
+    return min(Int(count), max(0, buffer - NineP.readOverhead))
+  }
+
   /// A Tread of an open regular file of the file area, as the region of the file its Rread
   /// carries (on a descriptor of its own, which the sender closes); nil for every other read,
   /// and for a read `handle` must refuse, so the usual path answers it.
   private func fileRegion(fid: Fid, offset: UInt64, count: UInt32, state: State) -> FileRegion? {
-    guard !gen1, let entry = state.fids[fid], case .files = entry.node, let fd = entry.fd,
+    guard let entry = state.fids[fid], case .files = entry.node, let fd = entry.fd,
       entry.openMode?.allowsReading == true
     else { return nil }
     var info = stat()
     guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
-    let limit = min(Int(count), max(0, state.msize - NineP.readOverhead))
+    let limit = readLimit(count, state)
     let size = UInt64(max(0, info.st_size))
     let available = offset < size ? Int(clamping: size - offset) : 0
     let own = dup(fd)
@@ -331,9 +338,7 @@ final class ServerSession: Sendable {
       guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
       guard let mode = entry.openMode else { throw NinePFailure("fid not open") }
       guard mode.allowsReading else { throw NinePFailure("fid not open for reading") }
-      // Gen-1 clamps to its 8192-byte TX buffer, not to the negotiated msize (facts §7.2).
-      let buffer = gen1 ? configuration.maxMessageSize : state.msize
-      let limit = min(Int(count), max(0, buffer - NineP.readOverhead))
+      let limit = readLimit(count, state)
       if case .chatRoom(let room) = entry.node {
         if gen1 { return try readGen1Chat(room: room, count: limit) }
         return try readChat(
