@@ -30,6 +30,7 @@ import FuseKit
 import Logging
 import NinePClient
 import NinePProtocol
+import NinePTransport
 import Synchronization
 
 #if canImport(Glibc)
@@ -134,6 +135,8 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     connection.want.remove(.writebackCache)
     // Kept pages (keep_cache) are dropped when a refreshed size or mtime differs.
     connection.want.insert(.autoInvalidateData)
+    // Large reads answer from the pipes their data was spliced into (Splice.swift).
+    if SplicedBytes.isAvailable { connection.want.insert(.spliceWrite) }
     connection.maxBackground = 64
   }
 

@@ -9,4 +9,7 @@
 // NinePTransport needs them to create descriptors close-on-exec atomically.
 extern int pipe2(int pipefd[2], int flags);
 extern int accept4(int sockfd, struct sockaddr *addr, socklen_t *addrlen, int flags);
+// And these to move a large reply from the socket into a pipe without copying it (Splice.swift).
+extern long splice(int fd_in, long long *off_in, int fd_out, long long *off_out,
+                   unsigned long len, unsigned int flags);
 #endif

@@ -155,6 +155,58 @@ public struct FuseRequest: @unchecked Sendable, Hashable {
     }
   }
 
+  /// Answers read with the concatenation of `pieces`, some of which may wait in pipes: libfuse
+  /// splices those to the kernel (with ``FuseCapabilities/spliceWrite`` wanted), so their
+  /// bytes never pass through this process; it reads them out itself where it cannot splice.
+  /// The pipes must stay open until this returns.
+  @discardableResult
+  public func replyData(_ pieces: [FuseDataPiece]) -> Bool {
+    var memory: [ArraySlice<UInt8>] = []
+    for piece in pieces {
+      guard case .bytes(let bytes) = piece else { return replyBuffers(pieces) }
+      memory.append(bytes)
+    }
+    return replyData(pieces: memory)
+  }
+
+  private func replyBuffers(_ pieces: [FuseDataPiece]) -> Bool {
+    let total = pieces.reduce(0) { $0 + $1.count }
+    let memory = pieces.compactMap { piece -> ArraySlice<UInt8>? in
+      if case .bytes(let bytes) = piece { return bytes }
+      return nil
+    }
+    return core.reply(self, "data \(total) bytes in \(pieces.count) pieces, spliced") { raw in
+      withPinned(memory[...], into: []) { vectors in
+        // struct fuse_bufvec ends in buf[1]: room for the other buffers goes after it.
+        let size =
+          MemoryLayout<fuse_bufvec>.size + max(0, pieces.count - 1) * MemoryLayout<fuse_buf>.stride
+        let storage = UnsafeMutableRawPointer.allocate(
+          byteCount: size, alignment: MemoryLayout<fuse_bufvec>.alignment)
+        defer { storage.deallocate() }
+        storage.initializeMemory(as: UInt8.self, repeating: 0, count: size)
+        let vector = storage.bindMemory(to: fuse_bufvec.self, capacity: 1)
+        vector.pointee.count = pieces.count
+        guard let offset = MemoryLayout<fuse_bufvec>.offset(of: \.buf) else {
+          return fuse_reply_err(raw, EIO)
+        }
+        let buffers = (storage + offset).bindMemory(to: fuse_buf.self, capacity: pieces.count)
+        var nextMemory = 0
+        for (index, piece) in pieces.enumerated() {
+          buffers[index].size = piece.count
+          switch piece {
+          case .bytes:
+            buffers[index].mem = vectors[nextMemory].iov_base
+            nextMemory += 1
+          case .pipe(let descriptor, _):
+            buffers[index].flags = FUSE_BUF_IS_FD
+            buffers[index].fd = descriptor
+          }
+        }
+        return fuse_reply_data(raw, vector, fuse_buf_copy_flags(0))
+      }
+    }
+  }
+
   /// Pins every piece's storage for the duration of `body`, which gets their `iovec`s.
   private func withPinned(
     _ pieces: ArraySlice<some ContiguousBytes>, into vectors: [iovec], _ body: ([iovec]) -> Int32

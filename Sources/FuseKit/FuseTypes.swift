@@ -181,6 +181,21 @@ public struct FuseRenameFlags: OptionSet, Sendable, Hashable {
   public static let exchange = Self(rawValue: 1 << 1)
 }
 
+/// A piece of the data answering a read: bytes in memory, or bytes waiting in a pipe (its read
+/// end) to be spliced to the kernel.
+public enum FuseDataPiece: Sendable {
+  case bytes(ArraySlice<UInt8>)
+  case pipe(descriptor: Int32, count: Int)
+
+  /// How many bytes.
+  public var count: Int {
+    switch self {
+    case .bytes(let bytes): bytes.count
+    case .pipe(_, let count): count
+    }
+  }
+}
+
 /// Kernel capabilities (`FUSE_CAP_*`) in ``FuseConnection/capable`` and ``FuseConnection/want``.
 public struct FuseCapabilities: OptionSet, Sendable, Hashable {
   public let rawValue: UInt32

@@ -62,22 +62,23 @@ extension Session {
   /// Reads up to `count` bytes from `offset` in Treads of at most `chunk` bytes (and msize),
   /// ``pipelineWindow`` of them at once. Completes with the replies' data in order (no empty
   /// piece; joined, they are the bytes up to the first short read), or the first chunk's
-  /// error when no byte came. The pieces stay apart, each a view into its reply, so a caller
-  /// can hand them on uncopied.
+  /// error when no byte came. The pieces stay apart, each a view into its reply (or, when
+  /// `splicing`, maybe the pipe it was spliced into), so a caller can hand them on uncopied.
   public func readPipelined(
-    _ fid: Fid, offset: UInt64, count: Int, chunk: UInt32, group: RequestGroup = RequestGroup(),
-    completion: @escaping @Sendable (Result<[ArraySlice<UInt8>], NinePError>) -> Void
+    _ fid: Fid, offset: UInt64, count: Int, chunk: UInt32, splicing: Bool = false,
+    group: RequestGroup = RequestGroup(),
+    completion: @escaping @Sendable (Result<[ReadData], NinePError>) -> Void
   ) {
     let chunk = Int(max(1, min(chunk, maxReadCount)))
-    let pipeline = ChunkPipeline<ArraySlice<UInt8>>(
+    let pipeline = ChunkPipeline<ReadData>(
       total: count, chunk: chunk, window: pipelineWindow
     ) {
       pieces in
       if case .failure(let error) = pieces.first?.result { return completion(.failure(error)) }
-      var data: [ArraySlice<UInt8>] = []
+      var data: [ReadData] = []
       for piece in pieces {
         guard case .success(let bytes) = piece.result else { break }
-        if !bytes.isEmpty { data.append(bytes) }
+        if bytes.count > 0 { data.append(bytes) }
         if bytes.count < piece.length { break }
       }
       completion(.success(data))
@@ -85,8 +86,9 @@ extension Session {
     pipeline.run(
       isShort: { result, length in (try? result.get())?.count ?? 0 < length }
     ) { [self] start, length, done in
-      let handle = read(
-        fid, offset: offset + UInt64(start), count: UInt32(length), completion: done)
+      let handle = readData(
+        fid, offset: offset + UInt64(start), count: UInt32(length), splicing: splicing,
+        completion: done)
       group.track(handle, on: self)
     }
   }

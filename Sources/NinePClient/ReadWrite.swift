@@ -1,4 +1,28 @@
 import NinePProtocol
+import NinePTransport
+
+/// The data of an Rread: in memory, or still in a pipe when the transport spliced it there
+/// (``SplicedBytes``), to be moved on without a copy through memory.
+public enum ReadData: Sendable {
+  case memory(ArraySlice<UInt8>)
+  case pipe(SplicedBytes)
+
+  /// How many bytes.
+  public var count: Int {
+    switch self {
+    case .memory(let bytes): bytes.count
+    case .pipe(let pipe): pipe.count
+    }
+  }
+
+  /// The bytes in memory (a pipe's are read out, once).
+  public func contents() -> ArraySlice<UInt8> {
+    switch self {
+    case .memory(let bytes): bytes
+    case .pipe(let pipe): pipe.contents()[...]
+    }
+  }
+}
 
 extension Session {
   /// The most data one Tread may ask for on this session.
@@ -26,6 +50,31 @@ extension Session {
             return .failure(.protocolViolation("Tread answered with \($0.type)"))
           }
           return .success(data)
+        })
+    }
+  }
+
+  /// Reads at most `count` bytes like ``read(_:offset:count:mayPark:completion:)``; a large
+  /// reply's data may stay in a pipe (``ReadData/pipe(_:)``) when `splicing` and the transport
+  /// can splice.
+  @discardableResult
+  public func readData(
+    _ fid: Fid, offset: UInt64, count: UInt32, splicing: Bool,
+    completion: @escaping @Sendable (Result<ReadData, NinePError>) -> Void
+  ) -> RequestHandle {
+    guard splicing else {
+      return read(fid, offset: offset, count: count) { completion($0.map { .memory($0) }) }
+    }
+    return send(
+      .tread(fid: fid, offset: offset, count: min(count, maxReadCount)),
+      options: RequestOptions(), spliceSink: { completion(.success(.pipe($0))) }
+    ) { result in
+      completion(
+        result.flatMap {
+          guard case .rread(let data) = $0 else {
+            return .failure(.protocolViolation("Tread answered with \($0.type)"))
+          }
+          return .success(.memory(data))
         })
     }
   }

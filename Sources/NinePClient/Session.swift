@@ -79,6 +79,9 @@ public final class Session: @unchecked Sendable {
     /// What the wire discipline needs to know of it (whether it may park, the fid it reads).
     let traits: WireDiscipline.Request
     let completion: Completion?
+    /// For a Tread that takes its data in a pipe: called instead of `completion` when the
+    /// reply came spliced (see ``SpliceRule``).
+    let spliceSink: (@Sendable (SplicedBytes) -> Void)?
     var deadline: ContinuousClock.Instant?
     var tag: Tag?
     var sentAt: ContinuousClock.Instant?
@@ -91,11 +94,15 @@ public final class Session: @unchecked Sendable {
     /// For Tflush: the request it flushes.
     weak var flushTarget: Pending?
 
-    init(id: UInt64, message: Message, mayPark: Bool, completion: Completion?) {
+    init(
+      id: UInt64, message: Message, mayPark: Bool, completion: Completion?,
+      spliceSink: (@Sendable (SplicedBytes) -> Void)? = nil
+    ) {
       self.id = id
       self.message = message
       self.traits = WireDiscipline.Request(message, mayPark: mayPark)
       self.completion = completion
+      self.spliceSink = spliceSink
     }
   }
 
@@ -117,6 +124,8 @@ public final class Session: @unchecked Sendable {
     /// When the last frame came from the server (the handshake's, at first): the pool's
     /// keepalive measures the link's silence from here.
     var lastReceived = ContinuousClock.now
+    /// Requests on the wire that take their data spliced.
+    var splicesOnWire = 0
   }
 
   private init(
@@ -311,6 +320,15 @@ public final class Session: @unchecked Sendable {
     _ message: Message, options: RequestOptions = RequestOptions(),
     completion: @escaping Completion
   ) -> RequestHandle {
+    send(message, options: options, spliceSink: nil, completion: completion)
+  }
+
+  /// Queues a request like ``send(_:options:completion:)``; a Tread's reply that comes spliced
+  /// goes to `spliceSink` instead of `completion`.
+  func send(
+    _ message: Message, options: RequestOptions,
+    spliceSink: (@Sendable (SplicedBytes) -> Void)?, completion: @escaping Completion
+  ) -> RequestHandle {
     condition.lock()
     let id = state.nextID
     state.nextID += 1
@@ -320,7 +338,8 @@ public final class Session: @unchecked Sendable {
       return RequestHandle(id: id)
     }
     let pending = Pending(
-      id: id, message: message, mayPark: options.mayPark, completion: completion)
+      id: id, message: message, mayPark: options.mayPark, completion: completion,
+      spliceSink: spliceSink)
     let timeout: Duration? =
       if let explicit = options.timeout { explicit } else if options.mayPark { nil } else {
         configuration.requestTimeout
@@ -586,6 +605,7 @@ public final class Session: @unchecked Sendable {
     pending.tag = tag
     pending.sentAt = now
     state.inFlight[tag] = pending
+    if pending.spliceSink != nil { state.splicesOnWire += 1 }
     state.discipline.didSend(
       pending.traits, tag: tag, now: now, roundTrip: state.statistics.roundTrip)
     let frame: Outgoing
@@ -672,28 +692,53 @@ public final class Session: @unchecked Sendable {
 
   private func readerLoop() {
     let limit = Int(configuration.requestedMsize)
+    let rule = SpliceRule(
+      isExpecting: { [unowned self] in
+        condition.lock()
+        defer { condition.unlock() }
+        return state.splicesOnWire > 0
+      },
+      accepts: { [unowned self] tag in
+        condition.lock()
+        defer { condition.unlock() }
+        return state.inFlight[tag]?.spliceSink != nil
+      })
     while true {
-      let frame: [UInt8]
+      let received: ReceivedMessage
       do {
-        guard let received = try transport.receive(limit: limit) else {
+        guard let message = try transport.receive(limit: limit, splicing: rule) else {
           close(reason: "the server closed the connection")
           return
         }
-        frame = received
+        received = message
       } catch {
         close(reason: closedReason ?? "receive failed: \(error)")
         return
       }
       let tag: Tag
       let message: Message
-      do {
-        (tag, message) = try Message.decode(frame, limits: DecodeLimits(maxFrameSize: limit))
-      } catch {
-        logger.error("bad frame from \(transport.address): \(error); resetting the session")
-        close(reason: "bad frame from the server: \(error)")
-        return
+      var spliced: SplicedBytes?
+      let frameSize: Int
+      switch received {
+      case .frame(let frame):
+        do {
+          (tag, message) = try Message.decode(frame, limits: DecodeLimits(maxFrameSize: limit))
+          frameSize = frame.count
+        } catch {
+          logger.error("bad frame from \(transport.address): \(error); resetting the session")
+          close(reason: "bad frame from the server: \(error)")
+          return
+        }
+      case .splicedRead(let header, let data):
+        // The transport checked the header (an Rread whose count matches its size).
+        tag = Tag(header[5]) | Tag(header[6]) << 8
+        message = .rread(data: [])
+        spliced = data
+        frameSize = header.count + data.count
       }
-      if let violation = handleReply(tag: tag, message: message, frameSize: frame.count) {
+      if let violation = handleReply(
+        tag: tag, message: message, frameSize: frameSize, spliced: spliced)
+      {
         logger.error("\(violation); resetting the session")
         close(reason: violation)
         return
@@ -702,8 +747,11 @@ public final class Session: @unchecked Sendable {
   }
 
   /// Matches a reply to its request. Returns a protocol-violation text, or nil.
-  private func handleReply(tag: Tag, message: Message, frameSize: Int) -> String? {
-    logger.trace("← \(message) tag=\(tag)")
+  /// `spliced` holds the data of an Rread that came in a pipe (`message` then has none).
+  private func handleReply(
+    tag: Tag, message: Message, frameSize: Int, spliced: SplicedBytes? = nil
+  ) -> String? {
+    logger.trace("← \(message) tag=\(tag)\(spliced.map { " spliced=\($0.count)" } ?? "")")
     condition.lock()
     state.statistics.messagesReceived += 1
     state.statistics.bytesReceived += UInt64(frameSize)
@@ -723,6 +771,10 @@ public final class Session: @unchecked Sendable {
       condition.unlock()
       return violation
     }
+    if let spliced, case .tread(_, _, let count) = pending.message, spliced.count > Int(count) {
+      condition.unlock()
+      return ProtocolError.readReplyTooLong(asked: count, got: spliced.count).description
+    }
     // What the request held on the wire is free once the server has answered.
     state.discipline.didReceiveReply(tag: tag)
     if !pending.traits.mayPark, let sentAt = pending.sentAt {
@@ -730,7 +782,7 @@ public final class Session: @unchecked Sendable {
       let old = state.statistics.roundTrip
       state.statistics.roundTrip = old == .zero ? sample : (old * 7 + sample) / 8
     }
-    var toComplete: [(Completion, Result<Message, NinePError>)] = []
+    var toComplete: [@Sendable () -> Void] = []
     var cleanup: Message?
     if case .tflush = pending.message {
       freeTagLocked(tag, pending)
@@ -742,7 +794,7 @@ public final class Session: @unchecked Sendable {
         state.discipline.didReceiveReply(tag: oldTag)
         freeTagLocked(oldTag, target)
         if !target.answered, !target.abandoned, let completion = target.completion {
-          toComplete.append((completion, .failure(.flushed)))
+          toComplete.append { completion(.failure(.flushed)) }
         }
       }
     } else if pending.answered {
@@ -761,12 +813,14 @@ public final class Session: @unchecked Sendable {
         {
           cleanup = .tclunk(fid: newfid)
         }
+      } else if let spliced, let sink = pending.spliceSink {
+        toComplete.append { sink(spliced) }
       } else if let completion = pending.completion {
         if case .rerror(let ename) = message {
-          toComplete.append(
-            (completion, .failure(.server(ename: ename, errno: ErrorStrings.errno(for: ename)))))
+          let error = NinePError.server(ename: ename, errno: ErrorStrings.errno(for: ename))
+          toComplete.append { completion(.failure(error)) }
         } else {
-          toComplete.append((completion, .success(message)))
+          toComplete.append { completion(.success(message)) }
         }
       }
     }
@@ -779,13 +833,14 @@ public final class Session: @unchecked Sendable {
         if case .tclunk(let fid) = cleanup { releaseFid(fid) }
       }
     }
-    for (completion, result) in toComplete { completion(result) }
+    for complete in toComplete { complete() }
     return nil
   }
 
   /// Makes a tag reusable and forgets its request.
   private func freeTagLocked(_ tag: Tag, _ pending: Pending) {
     guard state.inFlight[tag] === pending else { return }
+    if pending.spliceSink != nil { state.splicesOnWire -= 1 }
     state.inFlight[tag] = nil
     state.byID[pending.id] = nil
     state.freeTags.append(tag)

@@ -103,6 +103,27 @@ public struct FrameAssembler: Sendable {
     return message
   }
 
+  /// The first `count` buffered bytes, if that many are buffered.
+  func peek(_ count: Int) -> ArraySlice<UInt8>? {
+    bufferedByteCount >= count ? buffer[start..<start + count] : nil
+  }
+
+  /// Drops the first `count` buffered bytes.
+  mutating func skip(_ count: Int) {
+    start += min(count, bufferedByteCount)
+    if start == buffer.count {
+      buffer.removeAll(keepingCapacity: true)
+      start = 0
+    }
+  }
+
+  /// Removes and returns the first `count` buffered bytes.
+  mutating func take(_ count: Int) -> [UInt8] {
+    let bytes = Array(buffer[start..<start + min(count, bufferedByteCount)])
+    skip(bytes.count)
+    return bytes
+  }
+
   /// Removes and returns every buffered byte (for raw readers taking over from framed ones).
   public mutating func drain() -> [UInt8] {
     let bytes = Array(buffer[start...])

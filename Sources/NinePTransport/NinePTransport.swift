@@ -33,6 +33,10 @@ public protocol MessageTransport: AnyObject, Sendable {
   /// One receiving thread at a time. Sizes < 7 throw `frameTooSmall`; > `limit` throw
   /// `frameTooLarge`; after `close()` it throws `.closed`.
   func receive(limit: Int) throws(TransportError) -> [UInt8]?
+  /// Receives like ``receive(limit:)``, but the data of a large Rread that `rule` accepts may
+  /// come in a pipe (``SplicedBytes``) instead of memory. Transports that cannot splice (the
+  /// default) always return frames.
+  func receive(limit: Int, splicing rule: SpliceRule) throws(TransportError) -> ReceivedMessage?
   /// Closes the transport: wakes threads blocked in `receive` or `send` (they throw `.closed`);
   /// idempotent.
   func close()

@@ -16,15 +16,20 @@ public final class SocketTransport: FileRegionSending {
   /// True when each send/receive call is one packet (SDU): seqpacket and l2cap.
   public let isPacket: Bool
 
-  private let readFD: Int32
+  let readFD: Int32
   let writeFD: Int32
-  private let readIsSocket: Bool
+  let readIsSocket: Bool
   let writeIsSocket: Bool
   let gate: IOGate
   let sendLock = Mutex(())
-  /// Whether the write descriptor was set O_NONBLOCK for sendfile(2) (done once, on first use).
+  /// Whether the descriptors were set O_NONBLOCK for sendfile(2) and splice(2) (done once, on
+  /// first use).
   private let madeNonBlocking = Atomic(false)
   private let receiveState = Mutex(ReceiveState())
+  /// A reply's pieces overflowed the pipe it was spliced into: splicing stops (Splice.swift).
+  let spliceOverflowed = Atomic(false)
+  /// For tests: the size of the pipes replies are spliced into (0: what each reply needs).
+  let splicePipeSize = Atomic(0)
 
   private struct ReceiveState {
     var assembler = FrameAssembler()
@@ -104,18 +109,45 @@ public final class SocketTransport: FileRegionSending {
   /// - Throws: `frameTooSmall`/`frameTooLarge` for a bad size prefix, `truncatedMessage` if the
   ///   peer hangs up mid-message, `.closed` after `close()`.
   public func receive(limit: Int) throws(TransportError) -> [UInt8]? {
-    try gate.withAccess { () throws(TransportError) -> [UInt8]? in
-      try receiveState.withLock { (state) throws(TransportError) -> [UInt8]? in
+    guard case .frame(let message)? = try receive(limit: limit, rule: nil) else { return nil }
+    return message
+  }
+
+  /// Receives like ``receive(limit:)``; on a stream socket the data of a large Rread that
+  /// `rule` accepts comes spliced into a pipe (see Splice.swift).
+  public func receive(limit: Int, splicing rule: SpliceRule) throws(TransportError)
+    -> ReceivedMessage?
+  {
+    try receive(limit: limit, rule: canSplice ? rule : nil)
+  }
+
+  private func receive(limit: Int, rule: SpliceRule?) throws(TransportError) -> ReceivedMessage? {
+    try gate.withAccess { () throws(TransportError) -> ReceivedMessage? in
+      try receiveState.withLock { (state) throws(TransportError) -> ReceivedMessage? in
         while true {
+          if let rule {
+            if state.assembler.bufferedByteCount >= rreadHeaderSize,
+              let spliced = try receiveSplicedRead(&state.assembler, limit: limit, rule: rule)
+            {
+              return spliced
+            }
+            if state.assembler.bufferedByteCount == 0, rule.isExpecting() {
+              // The header alone first: if it starts a large Rread, its data can go to a pipe.
+              let count = try readOnce(into: &state.scratch, streamLimit: rreadHeaderSize)
+              if count == 0 { return nil }
+              state.assembler.append(state.scratch[0..<count])
+              continue
+            }
+          }
           if !isPacket, let size = state.assembler.pendingMessageSize,
             Int(size) - state.assembler.bufferedByteCount >= Self.directReadThreshold
           {
             // A large message: the rest goes straight into its own storage.
             return try state.assembler.nextMessage(limit: limit) { (rest) throws(TransportError) in
               try readOnce(into: rest)
-            }
+            }.map { .frame($0) }
           }
-          if let message = try state.assembler.nextMessage(limit: limit) { return message }
+          if let message = try state.assembler.nextMessage(limit: limit) { return .frame(message) }
           let count = try readOnce(into: &state.scratch)
           if count == 0 {
             let buffered = state.assembler.bufferedByteCount
@@ -177,7 +209,7 @@ public final class SocketTransport: FileRegionSending {
 
   /// One read into `buffer`: a whole SDU on packet transports, else up to `buffer.count` bytes.
   /// 0 means EOF.
-  private func readOnce(into buffer: UnsafeMutableRawBufferPointer) throws(TransportError) -> Int {
+  func readOnce(into buffer: UnsafeMutableRawBufferPointer) throws(TransportError) -> Int {
     let capacity = buffer.count
     var tried = false
     while true {
@@ -268,17 +300,25 @@ public final class SocketTransport: FileRegionSending {
 }
 
 extension SocketTransport {
+  /// Sets the socket descriptors O_NONBLOCK, once. sendfile(2) and splice(2) have no MSG_DONTWAIT;
+  /// every other call on them already passes it and waits in the gate, so this changes
+  /// nothing else, and a peer that stops reading or writing cannot hold a thread past close().
+  func ensureNonBlocking() throws(TransportError) {
+    guard !madeNonBlocking.load(ordering: .relaxed) else { return }
+    let sockets = Set([readIsSocket ? readFD : -1, writeIsSocket ? writeFD : -1]).subtracting([-1])
+    for fd in sockets {
+      let flags = fcntl(fd, F_GETFL)
+      if flags >= 0, flags & O_NONBLOCK == 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 {
+        throw .io(operation: "set non-blocking", errno: errno)
+      }
+    }
+    madeNonBlocking.store(true, ordering: .relaxed)
+  }
+
   /// Sends all of `file` to the (stream socket) write descriptor with sendfile(2); zeros for
   /// any part the file no longer has.
   fileprivate func writeFile(_ file: FileRegion) throws(TransportError) {
-    // sendfile(2) has no MSG_DONTWAIT: the socket itself goes non-blocking (every other call on
-    // it already passes MSG_DONTWAIT and waits in the gate), so a peer that stops reading
-    // cannot hold this thread past close().
-    if !madeNonBlocking.load(ordering: .relaxed) {
-      let flags = fcntl(writeFD, F_GETFL)
-      if flags >= 0, flags & O_NONBLOCK == 0 { _ = fcntl(writeFD, F_SETFL, flags | O_NONBLOCK) }
-      madeNonBlocking.store(true, ordering: .relaxed)
-    }
+    try ensureNonBlocking()
     var offset = off_t(file.offset)
     var rest = file.count
     while rest > 0 {

@@ -135,7 +135,7 @@ struct MountDaemon {
     fuseOptions.readOnly = options.readOnly
     fuseOptions.allowNonEmptyMountpoint = options.allowNonEmpty
     fuseOptions.extraOptions = options.passthrough
-    fuseOptions.maxRead = options.maxRead
+    fuseOptions.maxRead = options.maxRead ?? splicedRequestLimit
     fuseOptions.handleSignals = true
     if options.readaheadKiB > 0 { fuseOptions.readaheadKiB = options.readaheadKiB }
     fuseOptions.trace = debug
@@ -280,4 +280,13 @@ enum MountError: Error, CustomStringConvertible {
       return "\(error)"
     }
   }
+}
+
+/// The largest read request to ask the kernel for when none is given: where pipes may not hold
+/// a megabyte (`fs.pipe-max-size`, without CAP_SYS_RESOURCE), half-megabyte requests whose data
+/// is spliced (NinePTransport's Splice.swift) cost a third less CPU than megabyte ones copied,
+/// and read faster. Elsewhere the kernel's default (a megabyte) stands.
+private var splicedRequestLimit: UInt32? {
+  let largest = SplicedBytes.largestSpliced
+  return largest > 0 && largest < 1 << 20 ? UInt32(largest) : nil
 }

@@ -510,6 +510,46 @@ final class ClientServerTests: XCTestCase {
     }
   }
 
+  /// Reads whose data is spliced into pipes (NinePTransport's Splice.swift) on stream links
+  /// to 9bbsd, which sends them with sendfile(2): the pieces join to the file, interleaved
+  /// with stats on the same session, and pipes come only where the link can splice.
+  func testSplicedReadsMatchTheFileAmongOtherTraffic() throws {
+    let root = try makeTemporaryDirectory("itest-splice")
+    addTeardownBlock { try? FileManager.default.removeItem(atPath: root) }
+    let content = (0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ $0 >> 10) }
+    try Data(content).write(to: URL(fileURLWithPath: root + "/big.bin"))
+    let targets = Target.all.filter { !$0.device }
+    forEachTarget(targets, extra: { _ in ["--files", root] }) { board in
+      let session = try board.connect(uname: "dave")
+      let (fid, _) = try session.openPath("files/big.bin")
+      let chunk = min(session.maxReadCount, UInt32(max(SplicedBytes.largestSpliced, 1 << 16)))
+      let others = Outcomes<Stat>()
+      var pieces: [ReadData] = []
+      var offset = 0
+      while offset < content.count {
+        for _ in 0..<3 { session.stat(fid, completion: others.add) }
+        let got = try awaitResult("read at \(offset)", timeout: 30) {
+          session.readPipelined(
+            fid, offset: UInt64(offset), count: 1 << 20, chunk: chunk, splicing: true,
+            completion: $0)
+        }
+        XCTAssertFalse(got.isEmpty, "\(board.target)")
+        offset += got.reduce(0) { $0 + $1.count }
+        pieces += got
+      }
+      XCTAssertTrue(others.wait(count: 3 * 3, timeout: 15), "\(board.target)")
+      _ = try awaitResult("clunk") { session.clunk(fid, completion: $0) }
+      let joined = pieces.flatMap { Array($0.contents()) }
+      XCTAssertTrue(joined == content, "\(board.target): content differs")
+      let piped = pieces.filter { if case .pipe = $0 { true } else { false } }.count
+      let splices = board.target.transport != "seqpacket" && SplicedBytes.isAvailable
+      XCTAssertEqual(piped > 0, splices, "\(board.target): \(piped) of \(pieces.count) piped")
+      XCTAssertTrue(
+        others.all.allSatisfy { (try? $0.get())?.length == UInt64(content.count) },
+        "\(board.target)")
+    }
+  }
+
   /// Many threads share one session while reads are parked on it: walks, opens, reads,
   /// listings and stats all complete, and the device discipline holds throughout.
   func testConcurrentTrafficOnOneSessionWithParkedReads() {

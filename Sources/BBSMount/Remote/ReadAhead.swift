@@ -16,7 +16,7 @@ import Synchronization
 /// changes on every write) and only if it came back whole: a short reply is read again when
 /// asked for, so a file that grows is never cut at an old end.
 final class ReadAhead: Sendable {
-  typealias Result = Swift.Result<[ArraySlice<UInt8>], NinePError>
+  typealias Result = Swift.Result<[ReadData], NinePError>
   typealias Completion = @Sendable (Result) -> Void
 
   /// One request read ahead.

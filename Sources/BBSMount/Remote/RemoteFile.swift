@@ -1,6 +1,7 @@
 import Foundation
 import NinePClient
 import NinePProtocol
+import NinePTransport
 
 /// A server file open on a fid. The fid belongs to one session: after a reconnect the file
 /// walks its path and opens it again on the new session before its next request.
@@ -68,17 +69,18 @@ final class RemoteFile: @unchecked Sendable {
   /// kernel asks for up to a megabyte), pipelined within the session's window. A read is
   /// idempotent, so one that died with the link is tried again once on the reconnected
   /// session. `group` holds the Treads on the wire, for ``cancel(_:)``. The data comes in
-  /// the replies' pieces, in order.
+  /// the replies' pieces, in order; a large piece may wait in the pipe it was spliced into
+  /// (see NinePTransport's Splice.swift), for the kernel to take without a copy through here.
   func read(
     size: Int, offset: UInt64, group: RequestGroup,
-    _ completion: @escaping @Sendable (Result<[ArraySlice<UInt8>], NinePError>) -> Void
+    _ completion: @escaping @Sendable (Result<[ReadData], NinePError>) -> Void
   ) {
     read(size: size, offset: offset, group: group, retried: false, completion)
   }
 
   private func read(
     size: Int, offset: UInt64, group: RequestGroup, retried: Bool,
-    _ completion: @escaping @Sendable (Result<[ArraySlice<UInt8>], NinePError>) -> Void
+    _ completion: @escaping @Sendable (Result<[ReadData], NinePError>) -> Void
   ) {
     live { [self] live in
       guard case .success(let (session, fid)) = live else {
@@ -86,7 +88,8 @@ final class RemoteFile: @unchecked Sendable {
         return
       }
       session.readPipelined(
-        fid, offset: offset, count: size, chunk: chunkLimit(session.maxReadCount), group: group
+        fid, offset: offset, count: size, chunk: chunkLimit(session.maxReadCount),
+        splicing: SplicedBytes.isAvailable, group: group
       ) { [self] result in
         if case .failure(let error) = result, error.isLinkFailure, !retried, !group.isCancelled {
           return read(size: size, offset: offset, group: group, retried: true, completion)

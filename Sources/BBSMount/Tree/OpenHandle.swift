@@ -182,7 +182,7 @@ final class FileHandle: OpenHandle {
       let answer: ReadAhead.Completion = { result in
         guard let request = pending.take() else { return }
         switch result {
-        case .success(let pieces): request.replyData(pieces: pieces)
+        case .success(let pieces): request.replyData(pieces.map(\.fuseDataPiece))
         case .failure(let error): request.replyError(error.errno)
         }
       }
@@ -260,5 +260,15 @@ extension OpenMode {
       case O_RDWR: .readWrite
       default: .read
       }
+  }
+}
+
+extension ReadData {
+  /// The piece as FUSE takes it (a pipe stays open while `self` lives).
+  var fuseDataPiece: FuseDataPiece {
+    switch self {
+    case .memory(let bytes): .bytes(bytes)
+    case .pipe(let pipe): .pipe(descriptor: pipe.descriptor, count: pipe.count)
+    }
   }
 }
