@@ -25,6 +25,10 @@ final class ScriptedTree: @unchecked Sendable {
   private(set) var creates: [(directory: String, name: String)] = []
   private(set) var opens: [String] = []
   private(set) var walkedFids: [Fid] = []
+  /// Every Tread's path and offset, in arrival order.
+  private(set) var reads: [(path: String, offset: UInt64)] = []
+  /// Tflushes received.
+  private(set) var flushes = 0
 
   init(paths: Set<String>) { self.paths = paths }
 
@@ -68,12 +72,16 @@ final class ScriptedTree: @unchecked Sendable {
       fids[fid] = Self.join(path(fid), [name])
       server.reply(tag, .rcreate(qid: Qid(path: 10), iounit: 0))
     case .tread(let fid, let offset, let count):
+      reads.append((path(fid), offset))
       let data = contents[path(fid)] ?? []
       let start = Int(min(offset, UInt64(data.count)))
       server.reply(tag, .rread(data: ArraySlice(data[start..<min(data.count, start + Int(count))])))
     case .twrite(let fid, _, let data):
       writes.append((path(fid), Array(data)))
       server.reply(tag, .rwrite(count: UInt32(data.count)))
+    case .tflush:
+      flushes += 1
+      server.reply(tag, .rflush)
     case .tclunk(let fid):
       clunks.append((fid, path(fid)))
       fids[fid] = nil

@@ -5,12 +5,14 @@ import Synchronization
 /// Reads ahead of a sequential reader of one open file, so the server is never idle while the
 /// kernel takes what it asked for.
 ///
-/// The kernel's FUSE readahead sends one request at a time here: it asks for the next
-/// megabyte only once the last one is answered, and a direct-I/O reader waits for each read
-/// anyway. Each request then costs a whole round trip to the server (and the server's disk),
-/// and the link idles in between. Once two reads come in order, this keeps the next few
-/// requests of the same size on the wire before they are asked for; a request that matches the
-/// first of them takes its reply, or waits for it. A read elsewhere drops what was read ahead.
+/// The kernel's FUSE readahead asks for the next window only once the last one is answered,
+/// and a direct-I/O reader waits for each read anyway. Each window then costs a whole round
+/// trip to the server (and the server's disk), and the link idles in between. Once two reads
+/// come in order, this keeps the next few requests of the same size on the wire before they
+/// are asked for; a request that matches one of them takes its reply, or waits for it. The
+/// requests of one window may arrive in any order (the kernel sends them together and
+/// libfuse's threads race), so a read just behind the furthest one still counts as in order.
+/// A read elsewhere (a seek) drops what was read ahead.
 ///
 /// What was read ahead is used only while the mount has not written the file (``generation``
 /// changes on every write) and only if it came back whole: a short reply is read again when
@@ -26,12 +28,17 @@ final class ReadAhead: Sendable {
     let generation: UInt64
     let group: RequestGroup
     var result: Result?
+
+    var end: UInt64 { offset + UInt64(length) }
   }
 
   private struct State {
-    /// Where the next read in order starts.
-    var expected: UInt64?
-    /// Requests read ahead and not yet asked for, in order.
+    /// Where the latest reads ended: a read starting at one of them continues a sequential
+    /// reader.
+    var recentEnds: [UInt64] = []
+    /// The end of the furthest read so far.
+    var furthest: UInt64 = 0
+    /// Requests read ahead and not yet asked for, by offset.
     var chunks: [Chunk] = []
     /// Requests read ahead that a read now waits for, by their group.
     var claimed: [ObjectIdentifier: Completion] = [:]
@@ -44,8 +51,10 @@ final class ReadAhead: Sendable {
     case fetch
   }
 
-  /// What a sequential reader has on the wire ahead of it: four megabyte-sized requests.
+  /// What a sequential reader has on the wire ahead of it: four megabytes of requests.
   static let defaultDepth = 4 << 20
+  /// How many read ends count as recent (a window's requests, reordered).
+  private static let recentLimit = 8
 
   private let file: RemoteFile
   private let depth: Int
@@ -77,15 +86,25 @@ final class ReadAhead: Sendable {
     var started: [Chunk] = []
     let plan = state.withLock { s -> Plan in
       if s.closed || length <= 0 { return .fetch }
+      let end = offset + UInt64(length)
+      let match = s.chunks.firstIndex {
+        $0.offset == offset && $0.length == length && $0.generation == now
+      }
       // Two reads in order before reading ahead: `head` or `file` on a big file reads its
       // first request only, and on a slow link what was read ahead for nothing holds it up.
-      let inOrder = s.expected == offset
-      s.expected = offset + UInt64(length)
+      let inOrder = match != nil || s.recentEnds.contains(offset)
+      // A read that jumps ahead, or far back (reading the file again), starts afresh. One
+      // a little behind fills in a request the kernel sent late (it may skip one while
+      // congested and ask for it when the reader reaches it): what is ahead stays.
+      let moved =
+        match == nil && !inOrder
+        && (offset >= s.furthest || s.furthest - offset > 4 * UInt64(depth))
+      s.recentEnds.append(end)
+      if s.recentEnds.count > Self.recentLimit { s.recentEnds.removeFirst() }
+      s.furthest = moved ? end : max(s.furthest, end)
       var plan = Plan.fetch
-      if let first = s.chunks.first, first.offset == offset, first.length == length,
-        first.generation == now
-      {
-        let chunk = s.chunks.removeFirst()
+      if let match {
+        let chunk = s.chunks.remove(at: match)
         if let result = chunk.result {
           // Only a whole reply stands for the server now; a short one is asked again.
           if case .success(let pieces) = result, pieces.reduce(0, { $0 + $1.count }) == length {
@@ -95,19 +114,26 @@ final class ReadAhead: Sendable {
           s.claimed[ObjectIdentifier(chunk.group)] = completion
           plan = .wait
         }
-      } else {
-        dropped = s.chunks.map(\.group)
-        s.chunks.removeAll()
       }
-      guard inOrder else { return plan }
-      // Keep the requests after this one on the wire, up to the depth.
-      var next = s.chunks.last.map { $0.offset + UInt64($0.length) } ?? offset + UInt64(length)
-      while s.chunks.count < max(2, min(8, depth / length)) {
-        guard let size, next < size else { break }
+      // Nothing is worth keeping after a move; otherwise what a written file or another
+      // request size made useless goes, and what the reader left far behind.
+      let furthest = s.furthest
+      let keep: (Chunk) -> Bool = { [depth] in
+        !moved && $0.length == length && $0.generation == now
+          && $0.end + 4 * UInt64(depth) > furthest
+      }
+      dropped = s.chunks.filter { !keep($0) }.map(\.group)
+      s.chunks.removeAll { !keep($0) }
+      guard inOrder, let size else { return plan }
+      // Keep the requests after the furthest read on the wire, up to the depth.
+      var ahead = s.chunks.count { $0.offset >= s.furthest }
+      var next = max(s.furthest, s.chunks.last?.end ?? 0)
+      while ahead < max(2, min(8, depth / length)), next < size {
         let chunk = Chunk(offset: next, length: length, generation: now, group: RequestGroup())
         s.chunks.append(chunk)
         started.append(chunk)
         next += UInt64(length)
+        ahead += 1
       }
       return plan
     }
