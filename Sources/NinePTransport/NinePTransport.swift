@@ -9,6 +9,9 @@
 //   (a lock keeps whole messages together). Every wait is a `poll()` on the descriptor plus an
 //   `IOGate` wake-up pipe, so `close()` from any thread wakes blocked readers and writers, and
 //   the gate closes the descriptors only after the last of them has left.
+// - Zero-copy paths: a server sends file data with `sendfile(2)` (FileRegion.swift); a client
+//   receiving on a stream socket may take a large Rread's data in a pipe (`splice(2)`,
+//   Splice.swift) for FUSE to splice on, when its `SpliceRule` accepts the tag.
 // - Pure pieces: `FrameAssembler` cuts bytes/SDUs into messages by the 4-byte size prefix;
 //   `SDUSegmenter` cuts a message into SDUs of at most the peer's MTU, one message per SDU chain.
 // - Errors are `TransportError`, typed-thrown, each with a sentence a user can act on.
