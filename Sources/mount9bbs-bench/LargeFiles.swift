@@ -86,7 +86,7 @@ extension Bench {
             guard
               let (status, seconds) = try? Supervisor.shared.run(
                 mode.program, mode.arguments(target.file), timeout: 300,
-                log: work + "/large-read.log"),
+                log: work + "/large-read.log", discardingOutput: true),
               status == 0
             else {
               log("\(mode.label) of \(target.file) failed")

@@ -85,12 +85,16 @@ final class Supervisor: @unchecked Sendable {
     return false
   }
 
-  /// Runs a command to completion: (exit status, elapsed seconds).
-  func run(_ path: String, _ arguments: [String], timeout: Double = 120, log: String? = nil)
-    throws -> (status: Int32, seconds: Double)
-  {
+  /// Runs a command to completion: (exit status, elapsed seconds). Its output goes to `log`
+  /// (or nowhere), or with `discardingOutput` only its errors do.
+  func run(
+    _ path: String, _ arguments: [String], timeout: Double = 120, log: String? = nil,
+    discardingOutput: Bool = false
+  ) throws -> (status: Int32, seconds: Double) {
+    let null = discardingOutput ? open("/dev/null", O_WRONLY | O_CLOEXEC) : -1
+    defer { if null >= 0 { close(null) } }
     let start = Clock.now
-    let pid = try spawn(path, arguments, log: log)
+    let pid = try spawn(path, arguments, log: log, stdout: null >= 0 ? null : nil)
     let status = wait(pid, timeout: timeout)
     return (status, Clock.seconds(since: start))
   }
