@@ -40,18 +40,9 @@ extension Session {
     _ fid: Fid, offset: UInt64, count: UInt32, mayPark: Bool = false,
     completion: @escaping @Sendable (Result<ArraySlice<UInt8>, NinePError>) -> Void
   ) -> RequestHandle {
-    let count = min(count, maxReadCount)
-    return send(
-      .tread(fid: fid, offset: offset, count: count), options: RequestOptions(mayPark: mayPark)
-    ) { result in
-      completion(
-        result.flatMap {
-          guard case .rread(let data) = $0 else {
-            return .failure(.protocolViolation("Tread answered with \($0.type)"))
-          }
-          return .success(data)
-        })
-    }
+    sendTread(
+      fid, offset: offset, count: count, options: RequestOptions(mayPark: mayPark),
+      spliceSink: nil, completion: completion)
   }
 
   /// Reads at most `count` bytes like ``read(_:offset:count:mayPark:completion:)``; a large
@@ -62,19 +53,30 @@ extension Session {
     _ fid: Fid, offset: UInt64, count: UInt32, splicing: Bool,
     completion: @escaping @Sendable (Result<ReadData, NinePError>) -> Void
   ) -> RequestHandle {
-    guard splicing else {
-      return read(fid, offset: offset, count: count) { completion($0.map { .memory($0) }) }
-    }
-    return send(
-      .tread(fid: fid, offset: offset, count: min(count, maxReadCount)),
-      options: RequestOptions(), spliceSink: { completion(.success(.pipe($0))) }
+    let sink: (@Sendable (SplicedBytes) -> Void)? =
+      splicing ? { @Sendable pipe in completion(.success(.pipe(pipe))) } : nil
+    return sendTread(
+      fid, offset: offset, count: count, options: RequestOptions(), spliceSink: sink
+    ) { completion($0.map { .memory($0) }) }
+  }
+
+  /// One Tread of at most what a message carries; its Rread's data, unless it came spliced
+  /// (then `spliceSink` has it).
+  private func sendTread(
+    _ fid: Fid, offset: UInt64, count: UInt32, options: RequestOptions,
+    spliceSink: (@Sendable (SplicedBytes) -> Void)?,
+    completion: @escaping @Sendable (Result<ArraySlice<UInt8>, NinePError>) -> Void
+  ) -> RequestHandle {
+    send(
+      .tread(fid: fid, offset: offset, count: min(count, maxReadCount)), options: options,
+      spliceSink: spliceSink
     ) { result in
       completion(
         result.flatMap {
           guard case .rread(let data) = $0 else {
             return .failure(.protocolViolation("Tread answered with \($0.type)"))
           }
-          return .success(.memory(data))
+          return .success(data)
         })
     }
   }

@@ -305,8 +305,7 @@ extension SocketTransport {
   /// nothing else, and a peer that stops reading or writing cannot hold a thread past close().
   func ensureNonBlocking() throws(TransportError) {
     guard !madeNonBlocking.load(ordering: .relaxed) else { return }
-    let sockets = Set([readIsSocket ? readFD : -1, writeIsSocket ? writeFD : -1]).subtracting([-1])
-    for fd in sockets {
+    for (fd, isSocket) in [(readFD, readIsSocket), (writeFD, writeIsSocket)] where isSocket {
       let flags = fcntl(fd, F_GETFL)
       if flags >= 0, flags & O_NONBLOCK == 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 {
         throw .io(operation: "set non-blocking", errno: errno)

@@ -14,20 +14,6 @@ final class SocketTransportTests: XCTestCase {
     try? FileManager.default.removeItem(atPath: directory)
   }
 
-  /// A listener and a connected client/server pair.
-  private func connectedPair(_ address: TransportAddress) throws -> (
-    listener: Listener, client: SocketTransport, server: SocketTransport
-  ) {
-    let listener = try Listener(address: address)
-    let accepted = Background { try listener.accept() }
-    let client = try SocketTransport.connect(to: listener.boundAddress)
-    guard let server = try accepted.value() else {
-      XCTFail("accept returned nil")
-      throw TestTimeout()
-    }
-    return (listener, client, server)
-  }
-
   private var allListenAddresses: [TransportAddress] {
     [
       .tcp(host: "127.0.0.1", port: 0),

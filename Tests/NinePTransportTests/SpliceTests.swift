@@ -18,14 +18,12 @@ final class SpliceTests: XCTestCase {
     try? FileManager.default.removeItem(atPath: directory)
   }
 
+  /// A connected pair, closed (with its listener) when the test ends.
   private func connectedPair(_ address: TransportAddress) throws -> (
     client: SocketTransport, server: SocketTransport
   ) {
-    let listener = try Listener(address: address)
-    defer { listener.close() }
-    let accepted = Background { try listener.accept() }
-    let client = try SocketTransport.connect(to: listener.boundAddress)
-    let server = try XCTUnwrap(try accepted.value())
+    let (listener, client, server) = try NinePTransportTests.connectedPair(address)
+    listener.close()
     addTeardownBlock {
       client.close()
       server.close()

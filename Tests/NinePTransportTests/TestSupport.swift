@@ -55,6 +55,20 @@ final class Background<Value: Sendable>: @unchecked Sendable {
   }
 }
 
+/// A listener on `address` and a client/server pair connected through it.
+func connectedPair(_ address: TransportAddress) throws -> (
+  listener: Listener, client: SocketTransport, server: SocketTransport
+) {
+  let listener = try Listener(address: address)
+  let accepted = Background { try listener.accept() }
+  let client = try SocketTransport.connect(to: listener.boundAddress)
+  guard let server = try accepted.value() else {
+    XCTFail("accept returned nil")
+    throw TestTimeout()
+  }
+  return (listener, client, server)
+}
+
 /// A short, unique directory for socket files (sun_path is only 108 bytes).
 func makeSocketDirectory() throws -> String {
   let path = "/tmp/ntt-\(UInt32.random(in: 0...UInt32.max))"
