@@ -12,6 +12,9 @@ struct ParsedOptions {
   var sessions: Int?
   var readOnly = false
   var allowOther = false
+  /// With `allow_other`, other users may also write (post, create, change files), all under
+  /// the mounting user's identity (`allow_other_write`). Off: they only read.
+  var allowOtherWrite = false
   var defaultPermissions = false
   var timeout: Duration = .seconds(30)
   var streamGlobs: [String] = []
@@ -137,6 +140,10 @@ struct ParsedOptions {
       case "allow_other":
         allowOther = true
         // Other users reach the files: let the kernel check the modes.
+        defaultPermissions = true
+      case "allow_other_write":
+        allowOtherWrite = true
+        allowOther = true
         defaultPermissions = true
       case "default_permissions": defaultPermissions = true
       case "timeout": timeout = .seconds(try number(1...86400))
