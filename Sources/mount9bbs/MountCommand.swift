@@ -128,6 +128,8 @@ struct MountCommand: ParsableCommand {
         allow_other           let other users read (turns on default_permissions); only \
       you write and post
         allow_other_write     let other users in to write and post too, as you
+        rawtext               room lines keep other users' control characters and escape \
+      sequences raw (default: shown as visible text, e.g. \\x1B)
         default_permissions   let the kernel check the modes
         nonempty              allow a non-empty mount point
         debug                 as -d

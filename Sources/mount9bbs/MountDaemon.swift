@@ -105,6 +105,7 @@ struct MountDaemon {
       mountOptions.umask |= 0o022
     }
     mountOptions.readOnly = options.readOnly
+    mountOptions.rawText = options.rawText
     mountOptions.streamGlobs = options.streamGlobs
     // As /proc shows it in a process's open files: symbolic links resolved.
     mountOptions.mountpoint = realpath(mountpoint, nil).map { resolved in

@@ -16,6 +16,8 @@ struct ParsedOptions {
   /// the mounting user's identity (`allow_other_write`). Off: they only read.
   var allowOtherWrite = false
   var defaultPermissions = false
+  /// Room lines keep other users' control characters raw (`rawtext`).
+  var rawText = false
   var timeout: Duration = .seconds(30)
   var streamGlobs: [String] = []
   var allowNonEmpty = false
@@ -146,6 +148,7 @@ struct ParsedOptions {
         allowOther = true
         defaultPermissions = true
       case "default_permissions": defaultPermissions = true
+      case "rawtext": rawText = true
       case "timeout": timeout = .seconds(try number(1...86400))
       case "stream": streamGlobs.append(try required())
       case "nonempty": allowNonEmpty = true
