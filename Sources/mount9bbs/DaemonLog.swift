@@ -8,20 +8,56 @@ import Synchronization
 /// Until the mount is ready they go to stderr, which for a detached daemon is the front
 /// process's pipe: every failure, libfuse's and fusermount3's own words included, reaches the
 /// user's terminal. Once ready, a detached daemon moves stderr (so libfuse's messages follow)
-/// to `-o log=FILE`, else to the journal, else to /dev/null with its own lines in syslog.
+/// to `-o log=FILE`, else to the journal, else to /dev/null with its own lines in syslog, and
+/// where there is neither a journal nor a syslog socket, to a file under
+/// `$XDG_STATE_HOME/mount9bbs/`, which it names on the terminal when it makes it.
+///
+/// A log (file, journal, syslog) gets the informational lines too (mounted, unmounted,
+/// connected, reconnected, posts sent from the outbox); a terminal gets notices and worse.
 enum DaemonLog {
   enum Sink: Sendable {
-    /// Plain lines on stderr (a terminal, the front process's pipe, or the log file).
+    /// Plain lines on stderr (a terminal or the front process's pipe).
     case standardError
+    /// Plain lines on stderr, which is a log file.
+    case logFile
     /// stderr is a journal stream: lines carry a `<priority>` prefix.
     case journal
     /// stderr is /dev/null: lines go to syslog(3).
     case syslog
   }
 
+  /// Where the log goes when there is no journal and no syslog: `…/mount9bbs/mount9bbs.log`.
+  static var fallbackLogPath: String {
+    let environment = ProcessInfo.processInfo.environment
+    let state =
+      environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+      ?? (NSHomeDirectory() + "/.local/state")
+    return state + "/mount9bbs/mount9bbs.log"
+  }
+
+  /// Whether stderr is the journal stream systemd connected (`JOURNAL_STREAM=dev:ino`).
+  static var stderrIsTheJournal: Bool {
+    guard let stream = ProcessInfo.processInfo.environment["JOURNAL_STREAM"] else { return false }
+    let parts = stream.split(separator: ":")
+    var info = stat()
+    guard parts.count == 2, let device = UInt64(parts[0]), let inode = UInt64(parts[1]),
+      fstat(2, &info) == 0
+    else { return false }
+    return UInt64(info.st_dev) == device && UInt64(info.st_ino) == inode
+  }
+
+  /// Whether a syslog daemon listens (syslog(3) drops lines silently when none does).
+  static var hasSyslog: Bool {
+    var info = stat()
+    return stat("/dev/log", &info) == 0 && (info.st_mode & S_IFMT) == S_IFSOCK
+  }
+
   static let sink = Mutex<Sink>(.standardError)
 
   static func bootstrap(level: Logger.Level) {
+    // Run by systemd (`-f` in a unit), stderr is already the journal: lines get priorities,
+    // and informational ones are kept.
+    if stderrIsTheJournal { sink.withLock { $0 = .journal } }
     LoggingSystem.bootstrap { label in
       var handler = DaemonLogHandler(label: label)
       handler.logLevel = level
@@ -46,14 +82,34 @@ enum DaemonLog {
     let next: Sink
     let place: String
     if let logFD {
-      (target, next, place) = (logFD, .standardError, "the log file")
+      (target, next, place) = (logFD, .logFile, "the log file")
     } else {
       let journal = sd_journal_stream_fd("mount9bbs", LOG_INFO, 1)
       if journal >= 0 {
         (target, next, place) = (journal, .journal, "the journal")
-      } else {
+      } else if hasSyslog {
         openlog("mount9bbs", LOG_PID, LOG_DAEMON)
         (target, next, place) = (open("/dev/null", O_WRONLY), .syslog, "syslog")
+      } else {
+        // Nowhere a log would be read: a file of the user's, said once where they see it.
+        let path = fallbackLogPath
+        try? FileManager.default.createDirectory(
+          atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true,
+          attributes: [.posixPermissions: 0o700])
+        let existed = access(path, F_OK) == 0
+        let file = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+        if file >= 0 {
+          // Said once, when the file is made: a successful mount otherwise prints nothing.
+          if !existed {
+            Diagnostics.fail("mount9bbs: no journal or syslog here; the log goes to \(path)")
+          }
+          (target, next, place) = (file, .logFile, path)
+        } else {
+          Diagnostics.fail(
+            "mount9bbs: no journal or syslog here, and \(path) cannot be opened "
+              + "(\(String(cString: strerror(errno)))): the log is lost; use -o log=FILE")
+          (target, next, place) = (open("/dev/null", O_WRONLY), .standardError, "nowhere")
+        }
       }
     }
     if target >= 0 {
@@ -97,8 +153,11 @@ struct DaemonLogHandler: LogHandler {
         + merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(
           separator: " ")
     }
-    switch DaemonLog.sink.withLock({ $0 }) {
-    case .standardError:
+    let sink = DaemonLog.sink.withLock { $0 }
+    // A terminal gets notices and worse; informational lines are for logs (and -d).
+    if sink == .standardError && event.level == .info && logLevel > .debug { return }
+    switch sink {
+    case .standardError, .logFile:
       let stamp = Date().formatted(.iso8601)
       Diagnostics.fail("\(stamp) \(event.level) \(label): \(text)")
     case .journal:

@@ -26,7 +26,8 @@ struct MountDaemon {
 
   /// Runs the mount; returns the process exit code.
   func run() -> Int32 {
-    DaemonLog.bootstrap(level: debug ? .trace : .notice)
+    // Informational lines reach logs, not terminals (see DaemonLogHandler).
+    DaemonLog.bootstrap(level: debug ? .trace : .info)
     let logger = Logger(label: "mount9bbs")
     // Large reads and writes pass through buffers of 256 KiB to 1 MiB. Above glibc's default
     // threshold each one is a fresh mmap whose pages fault in and are zeroed, a fifth of the
@@ -178,8 +179,12 @@ struct MountDaemon {
       // between would otherwise hit a pipe nobody reads.
       let detaching = readyFD != nil || logFD != nil
       if signalReady(before: { if detaching { DaemonLog.detach(logFD: logFD) } }), detaching {
-        logger.info("mounted \(absoluteMountpoint)")
+        // The log starts here: say what was mounted from where (the connection's line went
+        // to the terminal, which shows notices only).
+        logger.info("mounted \(absoluteMountpoint) from \(pool.address)")
       }
+      SystemdNotifier.ready(mountpoint: absoluteMountpoint, link: pool.linkState)
+      pool.observe { state in SystemdNotifier.linkChanged(state, mountpoint: absoluteMountpoint) }
     }
     var loopError: FuseSessionError?
     do {
@@ -191,9 +196,9 @@ struct MountDaemon {
     // second SIGTERM or Ctrl-C (systemd, `kill` after `umount`) must not cut it short and leave
     // a board holding our fids.
     for stop in [SIGINT, SIGTERM, SIGHUP] { signal(stop, SIG_IGN) }
+    SystemdNotifier.stopping()
     fileSystem.shutdown()
     if let loopError { throw .fuse(loopError) }
-    logger.info("unmounted \(mountpoint)")
   }
 
   /// Starts a pool on the first candidate that answers (the pool tries them in order).

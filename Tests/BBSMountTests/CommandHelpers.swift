@@ -26,6 +26,14 @@ extension XCTestCase {
     return server
   }
 
+  /// What a successful detached mount printed, less the one line that says where its log
+  /// goes when it first makes the log file (a machine with no journal and no syslog).
+  func mountOutput(_ output: String) -> String {
+    output.split(separator: "\n", omittingEmptySubsequences: false).filter {
+      !$0.hasPrefix("mount9bbs: no journal or syslog here; the log goes to ")
+    }.joined(separator: "\n")
+  }
+
   /// A private directory with an empty `mnt` in it; on teardown, anything mounted there is
   /// unmounted and any daemon serving it killed before the directory goes.
   func makeMountDirectory(_ prefix: String) throws -> String {

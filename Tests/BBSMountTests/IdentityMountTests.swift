@@ -107,7 +107,7 @@ final class IdentityMountTests: XCTestCase {
     let mountpoint = try mountpoint()
     let mounted = try mount9bbs([server.address, mountpoint], alice)
     XCTAssertEqual(mounted.status, 0, mounted.output)
-    XCTAssertEqual(mounted.output, "")
+    XCTAssertEqual(mountOutput(mounted.output), "")
     let tail = try background(self, "/usr/bin/tail", ["-f", mountpoint + "/chat/lobby"])
     try sh("echo 'hello, signed' > \(mountpoint)/chat/post")
     XCTAssertTrue(

@@ -126,6 +126,7 @@ final class PostChannel: @unchecked Sendable {
       switch result {
       case .success:
         outbox.remove(entry)
+        logger.info("sent a post from the outbox (\(outbox.count) left)")
         drainOutbox(done)
       case .failure(let error) where error.isLinkFailure:
         // Down again: the pool's next "up" starts another drain.
