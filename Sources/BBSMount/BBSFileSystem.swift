@@ -50,6 +50,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   let handles = HandleTable()
   /// The follow-loop `fstat`s held for GNU tail (see RoomFollowing.swift).
   let heldFstats = HeldFstats()
+  let followPasses = FollowPasses()
   let feeds: RoomFeeds
   let nodes: NodeAttributes
   let posts: PostChannel
@@ -383,7 +384,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       }
       RoomHandle.open(
         request, feed: feeds.feed(for: node.path, room: room), inode: node.inode, poster: poster,
-        info: info, handles: handles)
+        info: info, handles: handles, passes: followPasses)
     case .users:
       // The users list ignores the offset: read it once, so `cat` ends.
       answersInterrupts(request)

@@ -9,10 +9,16 @@
 // held until one of the rooms that thread follows grows (bounded; an interrupt answers it at
 // once with the attributes as they are, so Ctrl-C and Ctrl-Z work and `fg` carries on).
 //
-// Only when that is safe: the caller writes to a terminal (tail flushes a pipe only after a
-// pass with no input, so into a pipe it keeps its one-second rhythm and every line), and it
-// has no regular file open outside this mount (`tail -f room /var/log/syslog` must still see
-// the log). Anyone else's getattr (`ls -l`, `stat`, a `cat` starting) never waits.
+// Into a pipe or a file tail's output is buffered and flushed only at the end of a pass that
+// read nothing, right before it sleeps. So for such a tail every `fstat` is answered at once
+// but the one that begins a pass after a pass with no input (tail has flushed the lines it
+// read and slept its second): that one is held until a room grows: a line that follows a quiet second reaches
+// `tail -f room | while read …` within milliseconds; lines closer together wait for tail's
+// sleep, as they always did. On a terminal (line-buffered) every such `fstat` is held.
+//
+// Only when that is safe: the caller has no regular file open outside this mount (`tail -f
+// room /var/log/syslog` must still see the log). Anyone else's getattr (`ls -l`, `stat`, a
+// `cat` starting) never waits.
 
 import Dispatch
 import Foundation
@@ -98,10 +104,18 @@ extension BBSFileSystem {
     let followed = all.map(\.handle).filter { $0.opener == pid && !$0.endsAtEnd && !$0.nonBlocking }
     let here = followed.filter { $0.inode == node.inode }
     guard !here.isEmpty, followed.allSatisfy(\.isCaughtUp), let mountpoint = options.mountpoint,
-      CallerProcess(pid: pid).writesToTerminal,
       CallerProcess(pid: pid).opensFilesOnlyUnder(mountpoint)
     else {
       return answer(request, node, updating: here)
+    }
+    if !CallerProcess(pid: pid).writesToTerminal {
+      // Held only where a pass begins (the file tail opened first, which it fstats first),
+      // and only after a pass that read nothing: tail has flushed its buffer and slept.
+      let first = all.filter { entry in followed.contains { $0 === entry.handle } }
+        .min { $0.id < $1.id }?.handle
+      guard let first, here.contains(where: { $0 === first }),
+        followPasses.startPass(of: pid)
+      else { return answer(request, node, updating: here) }
     }
     hold(request, node, answering: here, until: followed)
   }

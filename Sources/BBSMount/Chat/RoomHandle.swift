@@ -18,6 +18,8 @@ final class RoomHandle: OpenHandle, @unchecked Sendable {
   /// ``RoomFollowing``).
   let opener: pid_t
   let poster: PostHandle?
+  /// Reads by each opener, so a follow loop's pass right after input is told apart.
+  let passes: FollowPasses
   private let lock = NSLock()
   private var readOffset: UInt64 = 0
   private var reportedSize: UInt64?
@@ -30,8 +32,9 @@ final class RoomHandle: OpenHandle, @unchecked Sendable {
 
   init(
     feed: RoomFeed, inode: FuseInode, nonBlocking: Bool, endsAtEnd: Bool, opener: pid_t,
-    poster: PostHandle?
+    poster: PostHandle?, passes: FollowPasses = FollowPasses()
   ) {
+    self.passes = passes
     self.feed = feed
     self.inode = inode
     self.nonBlocking = nonBlocking
@@ -46,14 +49,14 @@ final class RoomHandle: OpenHandle, @unchecked Sendable {
   /// has its first line.
   static func open(
     _ request: FuseRequest, feed: RoomFeed, inode: FuseInode, poster: PostHandle?,
-    info: FuseFileInfo, handles: HandleTable
+    info: FuseFileInfo, handles: HandleTable, passes: FollowPasses
   ) {
     feed.retain()
     let nonBlocking = info.flags & O_NONBLOCK != 0
     let endsAtEnd = info.flags & O_NOFOLLOW != 0
     let room = RoomHandle(
       feed: feed, inode: inode, nonBlocking: nonBlocking, endsAtEnd: endsAtEnd,
-      opener: request.caller.pid, poster: poster)
+      opener: request.caller.pid, poster: poster, passes: passes)
     var info = info
     info.handle = handles.store(room)
     let handleID = info.handle
@@ -89,6 +92,7 @@ final class RoomHandle: OpenHandle, @unchecked Sendable {
   func read(_ request: FuseRequest, size: Int, offset: UInt64) {
     let data = feed.read(at: offset, count: size)
     if !data.isEmpty {
+      passes.read(by: opener)
       advance(to: offset + UInt64(data.count))
       request.replyData(data)
       return
@@ -107,6 +111,7 @@ final class RoomHandle: OpenHandle, @unchecked Sendable {
     waiter.id = feed.wait(beyond: offset) { [self] in
       guard let request = pending.take() else { return }
       let data = feed.read(at: offset, count: size)
+      passes.read(by: opener)
       advance(to: offset + UInt64(data.count))
       request.replyData(data)
     }
@@ -203,5 +208,34 @@ final class WaiterBox: @unchecked Sendable {
   var id: UInt64? {
     get { lock.withLock { value } }
     set { lock.withLock { value = newValue } }
+  }
+}
+
+/// The passes of each process's follow loop: whether the pass that just ended read anything.
+/// GNU tail fstats its files in the same order every pass and flushes a pipe only after a
+/// pass with no input (see ``RoomFollowing``).
+final class FollowPasses: @unchecked Sendable {
+  private struct Loop {
+    var readInPass = true
+  }
+
+  private let lock = NSLock()
+  private var loops: [pid_t: Loop] = [:]
+
+  func read(by pid: pid_t) {
+    lock.withLock {
+      // Bounded: forgetting every loop costs at most one fstat answered at once.
+      if loops.count > 4096 && loops[pid] == nil { loops.removeAll() }
+      loops[pid, default: Loop()].readInPass = true
+    }
+  }
+
+  /// A new pass of `pid`'s loop begins: whether the one that ended read nothing.
+  func startPass(of pid: pid_t) -> Bool {
+    lock.withLock {
+      let quiet = !(loops[pid]?.readInPass ?? true)
+      loops[pid, default: Loop()].readInPass = false
+      return quiet
+    }
   }
 }
