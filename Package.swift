@@ -145,7 +145,9 @@ let package = Package(
       dependencies: ["FuseKit", .product(name: "Logging", package: "swift-log")]),
     .testTarget(
       name: "BBSMountTests",
-      dependencies: ["BBSMount", "FuseKit", "NinePClient", "BBSServer", "TestSupport"]),
+      dependencies: [
+        "BBSMount", "FuseKit", "NinePClient", "BBSServer", "BBSIdentity", "TestSupport",
+      ]),
     .testTarget(
       name: "BBSDiscoveryTests", dependencies: ["BBSDiscovery", "NinePTransport", "TestSupport"]),
   ],

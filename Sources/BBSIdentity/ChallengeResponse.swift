@@ -115,7 +115,8 @@ public enum ChallengeResponse {
     switch form {
     case .bound:
       SSHSignature.signedData(
-        namespace: clientNamespace, message: clientMessage(identity: identity, challenge: challenge))
+        namespace: clientNamespace, message: clientMessage(identity: identity, challenge: challenge)
+      )
     case .raw: challenge.nonce
     }
   }

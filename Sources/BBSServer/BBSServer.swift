@@ -138,7 +138,8 @@ public final class BBSServer: Sendable {
       throw .badConfiguration("sysops are identities: they need --auth optional or required")
     }
     if let key = configuration.boardKey, BoardKey(of: key) == nil {
-      throw .badConfiguration("the board key \(key.origin) is \(key.algorithm); a board key is Ed25519")
+      throw .badConfiguration(
+        "the board key \(key.origin) is \(key.algorithm); a board key is Ed25519")
     }
   }
 

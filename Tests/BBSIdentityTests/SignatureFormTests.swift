@@ -33,9 +33,8 @@ final class SignatureFormTests: XCTestCase {
     let name = UUID().uuidString
     try armored.write(toFile: "\(directory)/\(name).sig", atomically: true, encoding: .utf8)
     try Data(message).write(to: URL(fileURLWithPath: "\(directory)/\(name).msg"))
-    try (
-      "victim@example " + signer.sshPublicKeyLine(comment: "") + "\n"
-    ).write(toFile: "\(directory)/\(name).allowed", atomically: true, encoding: .utf8)
+    try ("victim@example " + signer.sshPublicKeyLine(comment: "") + "\n").write(
+      toFile: "\(directory)/\(name).allowed", atomically: true, encoding: .utf8)
     let result = try shell(
       "ssh-keygen -Y verify -f \(directory)/\(name).allowed -I victim@example -n '\(namespace)' "
         + "-s \(directory)/\(name).sig < \(directory)/\(name).msg")
@@ -44,7 +43,9 @@ final class SignatureFormTests: XCTestCase {
 
   func testOnlyA32ByteChallengeIsAnswered() throws {
     for size in [0, 1, 31, 33, 64, 79, 81, 1024] {
-      XCTAssertThrowsError(try ChallengeResponse.Challenge(parsing: [UInt8](repeating: 7, count: size))) {
+      XCTAssertThrowsError(
+        try ChallengeResponse.Challenge(parsing: [UInt8](repeating: 7, count: size))
+      ) {
         XCTAssertEqual($0 as? ChallengeResponse.ChallengeRefusal, .notAChallenge(size))
         XCTAssertTrue("\($0)".contains("nothing was signed"), "\($0)")
       }
@@ -78,7 +79,8 @@ final class SignatureFormTests: XCTestCase {
         let response = try ChallengeResponse.respond(to: challenge, with: signer)
         XCTAssertEqual(response.count, 64 + signer.publicKey.count)
         let signature = Array(response.prefix(64))
-        let message = ChallengeResponse.clientMessage(identity: signer.identity, challenge: challenge)
+        let message = ChallengeResponse.clientMessage(
+          identity: signer.identity, challenge: challenge)
         XCTAssertTrue(
           try sshKeygenVerifies(
             signature, by: signer, message: message, namespace: ChallengeResponse.clientNamespace,
@@ -143,7 +145,8 @@ final class SignatureFormTests: XCTestCase {
     XCTAssertTrue(
       try sshKeygenVerifies(
         proof, by: board,
-        message: ChallengeResponse.boardMessage(boardKey: boardKey, nonce: nonce, response: response),
+        message: ChallengeResponse.boardMessage(
+          boardKey: boardKey, nonce: nonce, response: response),
         namespace: ChallengeResponse.boardNamespace, signedIn: ChallengeResponse.boardNamespace))
     // The fingerprint is OpenSSH's.
     try (boardKey.sshText + "\n").write(

@@ -48,8 +48,7 @@ struct AuthTable {
 
   /// Tauth: a fresh challenge for `claimed`, naming `boardKey` when the board has one. The
   /// caller has checked the identity's length and that the afid is free.
-  mutating func begin(afid: Fid, claimed: String, boardKey: BoardKey?) throws(NinePFailure) -> Qid
-  {
+  mutating func begin(afid: Fid, claimed: String, boardKey: BoardKey?) throws(NinePFailure) -> Qid {
     guard entries.count < Self.places else {
       throw NinePFailure("too many concurrent authentications")
     }
