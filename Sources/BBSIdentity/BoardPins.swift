@@ -109,6 +109,59 @@ public struct BoardPins: Sendable {
     return .new
   }
 
+  /// What a scan can say about a board from the pins (nothing it shows is proven: a board
+  /// proves its key only when a mount authenticates).
+  public enum Trust: Equatable, Sendable, CustomStringConvertible {
+    /// An address of the board has a pin (and what it advertises, if anything, matches).
+    case pinned(fingerprint: String)
+    /// No pin for its addresses.
+    case unknown(advertised: String?)
+    /// It advertises another key (or none) than the one pinned for its address.
+    case changed(pinned: String, advertised: String?)
+    /// A new address advertising a key pinned for other addresses.
+    case keyElsewhere(fingerprint: String, addresses: [String])
+
+    /// One word for JSON: pinned, unknown, changed or elsewhere.
+    public var word: String {
+      switch self {
+      case .pinned: "pinned"
+      case .unknown: "unknown"
+      case .changed: "changed"
+      case .keyElsewhere: "elsewhere"
+      }
+    }
+
+    public var description: String {
+      switch self {
+      case .pinned(let fingerprint): "pinned (\(fingerprint))"
+      case .unknown(let advertised?): "unknown: not mounted yet (advertises \(advertised))"
+      case .unknown(nil): "unknown: not mounted yet"
+      case .changed(let pinned, let advertised):
+        "CHANGED: advertises \(advertised ?? "no board key"), but \(pinned) is pinned; a mount will refuse it"
+      case .keyElsewhere(let fingerprint, let addresses):
+        "unknown address advertising \(fingerprint), the key pinned for \(addresses.joined(separator: ", ")); a mount will refuse it"
+      }
+    }
+  }
+
+  /// The trust a scan shows for a board reached at `addresses`: `advertised` is the
+  /// fingerprint it advertises (mDNS TXT `boardkey`); `advertisesKeys` is false where boards
+  /// advertise none (Bluetooth), so only the address counts.
+  public func trust(at addresses: [String], advertised: String?, advertisesKeys: Bool) -> Trust {
+    let all = entries()
+    if let pinned = all.first(where: { addresses.contains($0.address) })?.key {
+      guard advertisesKeys, advertised != pinned.fingerprint else {
+        return .pinned(fingerprint: pinned.fingerprint)
+      }
+      return .changed(pinned: pinned.fingerprint, advertised: advertised)
+    }
+    if let advertised {
+      let elsewhere = all.filter { $0.key.fingerprint == advertised }.map(\.address)
+      if !elsewhere.isEmpty { return .keyElsewhere(fingerprint: advertised, addresses: elsewhere) }
+    }
+    return .unknown(advertised: advertised)
+  }
+
   /// Pins `key` for `address` unless the address has a pin already (another session of the
   /// mount may have pinned it first). The file and its directory are made private.
   public func pin(_ key: BoardKey, at address: String) throws(IdentityError) {

@@ -185,6 +185,28 @@ final class SignatureFormTests: XCTestCase {
       XCTAssertTrue("\($0)".contains(BoardPins.line(address: relay, key: real)), "\($0)")
     }
     XCTAssertEqual(try pins.check(real, at: relay, sameBoard: [relay, address]), .new)
+    // What a scan shows.
+    let unpinned = "l2cap!AA:BB:CC:DD:EE:FF!0x0081"
+    XCTAssertEqual(
+      pins.trust(at: [address], advertised: nil, advertisesKeys: false),
+      .pinned(fingerprint: real.fingerprint))
+    XCTAssertEqual(
+      pins.trust(at: [unpinned], advertised: nil, advertisesKeys: false), .unknown(advertised: nil))
+    XCTAssertEqual(
+      pins.trust(at: [address], advertised: real.fingerprint, advertisesKeys: true),
+      .pinned(fingerprint: real.fingerprint))
+    XCTAssertEqual(
+      pins.trust(at: [address], advertised: other.fingerprint, advertisesKeys: true),
+      .changed(pinned: real.fingerprint, advertised: other.fingerprint))
+    XCTAssertEqual(
+      pins.trust(at: [address], advertised: nil, advertisesKeys: true),
+      .changed(pinned: real.fingerprint, advertised: nil))
+    XCTAssertEqual(
+      pins.trust(at: [relay], advertised: real.fingerprint, advertisesKeys: true),
+      .keyElsewhere(fingerprint: real.fingerprint, addresses: [address]))
+    XCTAssertEqual(
+      pins.trust(at: [relay], advertised: other.fingerprint, advertisesKeys: true),
+      .unknown(advertised: other.fingerprint))
     // Addresses with blanks survive the file; the file is the user's alone.
     let spaced = "unix!/tmp/my boards/b.sock"
     try pins.pin(other, at: spaced)
