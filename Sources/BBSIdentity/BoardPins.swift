@@ -163,8 +163,10 @@ public struct BoardPins: Sendable {
   }
 
   /// Pins `key` for `address` unless the address has a pin already (another session of the
-  /// mount may have pinned it first). The file and its directory are made private.
-  public func pin(_ key: BoardKey, at address: String) throws(IdentityError) {
+  /// mount may have pinned it first); returns whether it did. The file and its directory are
+  /// made private.
+  @discardableResult
+  public func pin(_ key: BoardKey, at address: String) throws(IdentityError) -> Bool {
     let directory = (path as NSString).deletingLastPathComponent
     do {
       try FileManager.default.createDirectory(
@@ -182,12 +184,13 @@ public struct BoardPins: Sendable {
     guard flock(descriptor, LOCK_EX) == 0 else {
       throw .writeFailed(path: path, reason: String(cString: strerror(errno)))
     }
-    guard !entries().contains(where: { $0.address == address }) else { return }
+    guard !entries().contains(where: { $0.address == address }) else { return false }
     let bytes = Array((Self.line(address: address, key: key) + "\n").utf8)
     let written = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
     guard written == bytes.count else {
       throw .writeFailed(path: path, reason: String(cString: strerror(errno)))
     }
+    return true
   }
 
   /// One line of the file.

@@ -76,8 +76,8 @@ struct BoardAnswerer: Sendable {
           "the board at \(address) presented the key \(boardKey.fingerprint) but did not prove it (\(error)); refusing it"
         )
       }
-      guard status == .new else { return }
-      try pins.pin(boardKey, at: address)
+      // Sessions of a pool pin at once: one writes the line, and says so.
+      guard status == .new, try pins.pin(boardKey, at: address) else { return }
       logger.notice(
         "new board key for \(address): \(boardKey.fingerprint), pinned in \(pins.path)")
     }

@@ -135,7 +135,7 @@ final class SignatureFormTests: XCTestCase {
     let impostor = try XCTUnwrap(BoardKey(of: PrivateKey.generate(.ed25519)))
     for (key, otherNonce, otherResponse) in [
       (impostor, nonce, response), (boardKey, nonce.reversed(), response),
-      (boardKey, nonce, Array(response.dropLast()) + [0]),
+      (boardKey, nonce, Array(response.dropLast()) + [response[response.count - 1] ^ 1]),
     ] {
       XCTAssertThrowsError(
         try ChallengeResponse.verifyBoardProof(
