@@ -205,12 +205,6 @@ struct BBSDaemonCommand: ParsableCommand {
       }
     }
     configuration.sysops = Set(sysop.map { $0.lowercased() })
-    guard ChallengeResponse.Form(rawValue: authSign) != nil else {
-      throw ValidationError("--auth-sign must be 'bound' or 'raw'")
-    }
-    if authSign == "raw", let boardKey, boardKey != "none" {
-      throw ValidationError("--auth-sign raw imitates a deployed board, which has no board key")
-    }
     for entry in nickname {
       let parts = entry.split(separator: "=", maxSplits: 1).map(String.init)
       configuration.nicknames[parts[0].lowercased()] = parts[1]

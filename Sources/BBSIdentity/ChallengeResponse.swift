@@ -223,7 +223,7 @@ public enum ChallengeResponse {
     throws(IdentityError) -> [UInt8]
   {
     guard let boardKey = BoardKey(of: key) else {
-      throw .unsupportedKeyType(origin: key.origin, type: "board \(key.algorithm)")
+      throw .boardKeyNotEd25519(path: key.origin, algorithm: key.algorithm)
     }
     return try key.sign(boardProofData(boardKey: boardKey, nonce: nonce, response: response))
   }

@@ -106,7 +106,7 @@ public enum KeyFile {
     if FileManager.default.fileExists(atPath: path) {
       let key = try load(path)
       guard key.algorithm == .ed25519 else {
-        throw .unsupportedKeyType(origin: path, type: "\(key.algorithm) (a board key is Ed25519)")
+        throw .boardKeyNotEd25519(path: path, algorithm: key.algorithm)
       }
       return (key, false)
     }
