@@ -149,7 +149,8 @@ let package = Package(
         "BBSMount", "FuseKit", "NinePClient", "BBSServer", "BBSIdentity", "TestSupport",
       ]),
     .testTarget(
-      name: "BBSDiscoveryTests", dependencies: ["BBSDiscovery", "NinePTransport", "TestSupport"]),
+      name: "BBSDiscoveryTests",
+      dependencies: ["BBSDiscovery", "BBSIdentity", "NinePTransport", "TestSupport"]),
   ],
   swiftLanguageModes: [.v6]
 )

@@ -97,8 +97,8 @@ struct BBSDaemonCommand: ParsableCommand {
   @Option(
     help: ArgumentHelp(
       """
-      With --auth: the board's Ed25519 key, created there on first start (mode 0600), or \
-      'none' for a board without a key. Default: DATA/board_key with --data, else a key \
+      The board's Ed25519 key when --auth is on, created there on first start (mode 0600), \
+      or 'none' for a board without a key. Default: DATA/board_key with --data, else a key \
       made for this run only.
       """, valueName: "FILE|none"))
   var boardKey: String?
@@ -106,7 +106,8 @@ struct BBSDaemonCommand: ParsableCommand {
   @Option(
     help: ArgumentHelp(
       """
-      With --auth: what a client's key must sign. bound (default): docs/authentication.md; \
+      What a client's key must sign when --auth is on. bound (default): \
+      docs/authentication.md; \
       raw: the raw 32-byte challenge, as a deployed board probably verifies it (for testing \
       mount9bbs -o auth-sign=raw; implies --board-key none).
       """, valueName: "bound|raw"))

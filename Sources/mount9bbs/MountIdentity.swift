@@ -76,10 +76,17 @@ struct BoardAnswerer: Sendable {
           "the board at \(address) presented the key \(boardKey.fingerprint) but did not prove it (\(error)); refusing it"
         )
       }
-      // Sessions of a pool pin at once: one writes the line, and says so.
-      guard status == .new, try pins.pin(boardKey, at: address) else { return }
-      logger.notice(
-        "new board key for \(address): \(boardKey.fingerprint), pinned in \(pins.path)")
+      guard status == .new else { return }
+      // Sessions of a pool pin at once: one writes the line, and says so. The board proved
+      // its key, so a pin file that cannot be written is warned about, as ssh does.
+      do {
+        guard try pins.pin(boardKey, at: address) else { return }
+        logger.notice(
+          "new board key for \(address): \(boardKey.fingerprint), pinned in \(pins.path)")
+      } catch {
+        logger.warning(
+          "new board key for \(address): \(boardKey.fingerprint), not pinned: \(error)")
+      }
     }
   }
 }
