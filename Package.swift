@@ -145,9 +145,12 @@ let package = Package(
       dependencies: ["FuseKit", .product(name: "Logging", package: "swift-log")]),
     .testTarget(
       name: "BBSMountTests",
-      dependencies: ["BBSMount", "FuseKit", "NinePClient", "BBSServer", "TestSupport"]),
+      dependencies: [
+        "BBSMount", "FuseKit", "NinePClient", "BBSServer", "BBSIdentity", "TestSupport",
+      ]),
     .testTarget(
-      name: "BBSDiscoveryTests", dependencies: ["BBSDiscovery", "NinePTransport", "TestSupport"]),
+      name: "BBSDiscoveryTests",
+      dependencies: ["BBSDiscovery", "BBSIdentity", "NinePTransport", "TestSupport"]),
   ],
   swiftLanguageModes: [.v6]
 )

@@ -3,6 +3,7 @@
 
 import ArgumentParser
 import BBSDiscovery
+import BBSIdentity
 import BBSServer
 import Dispatch
 import Foundation
@@ -30,7 +31,10 @@ struct BBSDaemonCommand: ParsableCommand {
       current board: an Ed25519 or P-256 key whose identity is the hex of SHA-256(public \
       key)[:20] (mount9bbs keygen prints it). Chat lines show an identity by its nickname \
       (--nickname) or its first 8 characters, read cursors follow the identity, and an attach \
-      without authentication is a guest (refused with --auth required).
+      without authentication is a guest (refused with --auth required). The board proves \
+      its own Ed25519 key (--board-key) to every client that authenticates, and accepts only \
+      signatures that name that key (docs/authentication.md); --auth-sign raw imitates a \
+      deployed board instead: no board key, signatures over the raw challenge.
       """,
     version: ProductVersion.current)
 
@@ -93,6 +97,25 @@ struct BBSDaemonCommand: ParsableCommand {
   @Option(
     help: ArgumentHelp(
       """
+      The board's Ed25519 key when --auth is on, created there on first start (mode 0600), \
+      or 'none' for a board without a key. Default: DATA/board_key with --data, else a key \
+      made for this run only.
+      """, valueName: "FILE|none"))
+  var boardKey: String?
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      What a client's key must sign when --auth is on. bound (default): \
+      docs/authentication.md; \
+      raw: the raw 32-byte challenge, as a deployed board probably verifies it (for testing \
+      mount9bbs -o auth-sign=raw; implies --board-key none).
+      """, valueName: "bound|raw"))
+  var authSign = "bound"
+
+  @Option(
+    help: ArgumentHelp(
+      """
       An identity allowed to write /etc (repeatable; needs --auth). Without any, the first \
       user to attach is the sysop, as on a device.
       """, valueName: "IDENTITY"))
@@ -129,6 +152,12 @@ struct BBSDaemonCommand: ParsableCommand {
     if files == nil && filesRw { throw ValidationError("--files-rw needs --files DIR") }
     guard AuthPolicy(rawValue: auth) != nil else {
       throw ValidationError("--auth must be 'off', 'optional' or 'required'")
+    }
+    guard ChallengeResponse.Form(rawValue: authSign) != nil else {
+      throw ValidationError("--auth-sign must be 'bound' or 'raw'")
+    }
+    if authSign == "raw", let boardKey, boardKey != "none" {
+      throw ValidationError("--auth-sign raw imitates a deployed board, which has no board key")
     }
     for entry in nickname {
       let parts = entry.split(separator: "=", maxSplits: 1)
@@ -167,6 +196,15 @@ struct BBSDaemonCommand: ParsableCommand {
       processingDelay: .milliseconds(processingDelay),
       connectionLimit: maxConnections.map { .backlog($0) })
     configuration.auth = AuthPolicy(rawValue: auth) ?? .off
+    configuration.authSign = ChallengeResponse.Form(rawValue: authSign) ?? .bound
+    if configuration.auth != .off {
+      do {
+        configuration.boardKey = try loadBoardKey(logger: logger)
+      } catch {
+        logger.critical("9bbsd: \(error)")
+        throw ExitCode.failure
+      }
+    }
     configuration.sysops = Set(sysop.map { $0.lowercased() })
     for entry in nickname {
       let parts = entry.split(separator: "=", maxSplits: 1).map(String.init)
@@ -183,7 +221,9 @@ struct BBSDaemonCommand: ParsableCommand {
       throw ExitCode.failure
     }
     let advertiser = try advertise.map { name in
-      try startAdvertising(name, listeners: bound, server: server, logger: logger)
+      try startAdvertising(
+        name, listeners: bound, boardKey: configuration.boardKey.flatMap(BoardKey.init(of:)),
+        server: server, logger: logger)
     }
 
     let signals = DispatchQueue(label: "9bbsd.signals")
@@ -217,9 +257,31 @@ struct BBSDaemonCommand: ParsableCommand {
     logger.notice("9bbsd: stopped")
   }
 
+  /// The board key (see --board-key), its fingerprint logged as sshd logs a host key's.
+  private func loadBoardKey(logger: Logger) throws(IdentityError) -> PrivateKey? {
+    if boardKey == "none" || authSign == "raw" {
+      logger.notice("9bbsd: no board key: clients cannot tell this board from another")
+      return nil
+    }
+    let key: PrivateKey
+    if let path = boardKey ?? data.map({ $0 + "/board_key" }) {
+      let loaded = try KeyFile.boardKey(at: path)
+      key = loaded.key
+      if loaded.created { logger.notice("9bbsd: created the board key \(path)") }
+    } else {
+      key = PrivateKey.generate(.ed25519)
+      logger.notice("9bbsd: the board key lives for this run only (no --data or --board-key)")
+    }
+    if let fingerprint = BoardKey(of: key)?.fingerprint {
+      logger.notice("9bbsd: board key \(fingerprint)")
+    }
+    return key
+  }
+
   /// Publishes the TCP listeners over mDNS; without avahi-daemon it warns and keeps serving.
   private func startAdvertising(
-    _ name: String, listeners bound: [String], server: BBSServer, logger: Logger
+    _ name: String, listeners bound: [String], boardKey: BoardKey?, server: BBSServer,
+    logger: Logger
   ) throws -> LANAdvertiser {
     let listeners = bound.compactMap { dial -> LANAdvertiser.Listener? in
       guard case .tcp(let host, let port)? = try? TransportAddress(parsing: dial) else {
@@ -247,7 +309,7 @@ struct BBSDaemonCommand: ParsableCommand {
       txt: [
         ("version", "9P2000"), ("features", features.joined(separator: ",")),
         ("board", boardName ?? name),
-      ], logger: logger)
+      ] + (boardKey.map { [("boardkey", $0.fingerprint)] } ?? []), logger: logger)
     do {
       try advertiser.start()
     } catch {

@@ -2,16 +2,22 @@
 //
 // A board (the 9p4z core's Tauth, facts §6) knows a user by a self-certifying identity: the
 // hex of the first 20 bytes of SHA-256 over the user's public key. Proving it takes one
-// challenge: Tauth(identity) → read a 32-byte challenge from the afid → write signature[64] ‖
-// public key (Ed25519: 32 bytes; P-256: 65, uncompressed) → Tattach with that afid.
+// challenge: Tauth(identity) → read a 32-byte challenge from the afid (followed by the board's
+// own key, on a board that has one) → write signature[64] ‖ public key (Ed25519: 32 bytes;
+// P-256: 65, uncompressed) → [read the board's proof] → Tattach with that afid. The bytes are
+// in docs/authentication.md.
 //
 // Moving parts:
 // - `Identity` is the 40-character name and its short form.
 // - `Signer` is anything that can sign for a key: `PrivateKey` (Ed25519 or P-256, held in
 //   memory, from our key file or an OpenSSH one) or `AgentKey` (a key inside a running
 //   ssh-agent, signed through `SSHAgent`).
-// - `ChallengeResponse` is the one place that says what is signed (the raw challenge), builds
-//   the response a client writes, and checks one on the server.
+// - `ChallengeResponse` is the one place that says what is signed (an SSHSIG blob, see
+//   `SSHSignature`, over identity, board key and challenge; or, for deployed boards only, the
+//   raw challenge), builds the response a client writes, checks one on the server, and makes
+//   and checks a board's proof.
+// - `BoardKey` is a board's Ed25519 public key and its fingerprint; `BoardPins` is the user's
+//   file of board keys pinned per address (as ssh's known_hosts).
 // - `KeyFile` reads and writes key files where users keep them, refusing files that others
 //   can read, as ssh does; `OpenSSHKey` is the openssh-key-v1 format both use; `KeySource`
 //   turns `-o identity=…` into a signer.

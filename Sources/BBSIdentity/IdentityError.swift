@@ -24,6 +24,8 @@ public enum IdentityError: Error, Equatable, Sendable, CustomStringConvertible {
   /// `keygen` will not overwrite a key.
   case exists(path: String)
   case writeFailed(path: String, reason: String)
+  /// A board's key (9bbsd's --board-key) that is not Ed25519.
+  case boardKeyNotEd25519(path: String, algorithm: KeyAlgorithm)
 
   public var description: String {
     switch self {
@@ -67,6 +69,10 @@ public enum IdentityError: Error, Equatable, Sendable, CustomStringConvertible {
       return "\(path) already exists; keep it, or pass --force to replace it (its identity is lost)"
     case .writeFailed(let path, let reason):
       return "cannot write \(path): \(reason)"
+    case .boardKeyNotEd25519(let path, let algorithm):
+      return
+        "the board key \(path) is \(algorithm); a board key is Ed25519 (9bbsd makes one where "
+        + "the file does not exist yet)"
     }
   }
 }

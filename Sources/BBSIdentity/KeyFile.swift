@@ -98,6 +98,23 @@ public enum KeyFile {
     throw .notAKey(path: path)
   }
 
+  /// A board's key at `path` (9bbsd's, like an ssh host key): read if the file exists, else
+  /// a new Ed25519 key written there (mode 0600); `created` says which.
+  public static func boardKey(at path: String) throws(IdentityError) -> (
+    key: PrivateKey, created: Bool
+  ) {
+    if FileManager.default.fileExists(atPath: path) {
+      let key = try load(path)
+      guard key.algorithm == .ed25519 else {
+        throw .boardKeyNotEd25519(path: path, algorithm: key.algorithm)
+      }
+      return (key, false)
+    }
+    let key = PrivateKey.generate(.ed25519)
+    try write(key, to: path, comment: "9bbsd board key", replace: false)
+    return (try load(path), true)
+  }
+
   /// Writes `key` to `path` (mode 0600, its directory 0700 if new) and its public half to
   /// `path.pub`. An existing key is replaced only with `replace`.
   public static func write(_ key: PrivateKey, to path: String, comment: String, replace: Bool)

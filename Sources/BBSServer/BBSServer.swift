@@ -137,6 +137,10 @@ public final class BBSServer: Sendable {
     if !configuration.sysops.isEmpty && configuration.auth == .off {
       throw .badConfiguration("sysops are identities: they need --auth optional or required")
     }
+    if let key = configuration.boardKey, BoardKey(of: key) == nil {
+      throw .badConfiguration(
+        "the board key \(key.origin) is \(key.algorithm); a board key is Ed25519")
+    }
   }
 
   /// Opens every configured listener and starts accepting. Returns the bound addresses as dial

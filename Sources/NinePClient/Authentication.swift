@@ -1,13 +1,16 @@
 import Foundation
 import NinePProtocol
+import NinePTransport
 
 /// How a session proves who it is with the 9p4z core's Tauth (facts §6): Tauth(afid,
-/// identity) → Tread(afid) gives a challenge → Twrite(afid, response) → Tattach(afid,
-/// identity) → Tclunk(afid). Every session of a pool and every reconnect does it again.
+/// identity) → Tread(afid) gives a challenge → Twrite(afid, response) → [Tread(afid) gives
+/// the board's proof, when the answer asks for one] → Tattach(afid, identity) → Tclunk(afid).
+/// Every session of a pool and every reconnect does it again.
 ///
-/// The key never reaches this module: `respond` turns a challenge into the bytes to write
-/// (signature ‖ public key), so the signing (in memory, or by an ssh-agent) stays with the
-/// caller.
+/// The key never reaches this module: `respond` turns what the afid read gave into the bytes
+/// to write (signature ‖ public key) and, for a board that presented its own key, a check of
+/// the board's proof; what is signed, which boards are trusted and the signing itself (in
+/// memory, or by an ssh-agent) stay with the caller (BBSIdentity, docs/authentication.md).
 public struct Authentication: Sendable {
   /// What to do when the server does not authenticate.
   public enum Policy: String, Sendable {
@@ -18,12 +21,39 @@ public struct Authentication: Sendable {
     case required
   }
 
+  /// What the board handed out: the afid read's bytes, and the address they came from.
+  public struct Challenge: Sendable {
+    public var bytes: [UInt8]
+    public var address: TransportAddress
+
+    public init(bytes: [UInt8], address: TransportAddress) {
+      self.bytes = bytes
+      self.address = address
+    }
+  }
+
+  /// How to answer a challenge.
+  public struct Answer: Sendable {
+    /// The bytes to write to the afid.
+    public var response: [UInt8]
+    /// Checks the board's proof (the afid read after the write); nil: read none. Throws
+    /// (any error, shown to the user) when the board does not prove itself.
+    public var checkProof: (@Sendable (_ proof: [UInt8]) throws -> Void)?
+
+    public init(
+      response: [UInt8], checkProof: (@Sendable (_ proof: [UInt8]) throws -> Void)? = nil
+    ) {
+      self.response = response
+      self.checkProof = checkProof
+    }
+  }
+
   /// The identity named in Tauth and Tattach.
   public var identity: String
   public var policy: Policy
-  /// The response for a challenge; throws (any error, shown to the user) when the key cannot
-  /// sign.
-  public var respond: @Sendable (_ challenge: [UInt8]) throws -> [UInt8]
+  /// The answer to a challenge; throws when the client will not answer it (an
+  /// ``AuthenticationError`` as it is, any other error as ``AuthenticationError/signing(_:)``).
+  public var respond: @Sendable (_ challenge: Challenge) throws -> Answer
   /// Authentications running at once against the server, across every session made with
   /// this value (a board authenticates at most 4 at a time).
   let gate: Gate
@@ -33,7 +63,7 @@ public struct Authentication: Sendable {
 
   public init(
     identity: String, policy: Policy,
-    respond: @escaping @Sendable (_ challenge: [UInt8]) throws -> [UInt8]
+    respond: @escaping @Sendable (_ challenge: Challenge) throws -> Answer
   ) {
     self.identity = identity
     self.policy = policy
@@ -97,6 +127,9 @@ public enum AuthenticationError: Error, Sendable, Equatable, CustomStringConvert
   case noChallenge
   /// The key could not sign; the text says why.
   case signing(String)
+  /// The client would not answer the board, or the board did not prove its key (a
+  /// malformed challenge, a changed board key, a bad proof); the text says why.
+  case boardRefused(String)
   /// Another Rerror during authentication.
   case server(String)
 
@@ -155,6 +188,7 @@ public enum AuthenticationError: Error, Sendable, Equatable, CustomStringConvert
       "the server is authenticating too many sessions at once (too many concurrent authentications)"
     case .noChallenge: "the server sent an empty challenge"
     case .signing(let reason): reason
+    case .boardRefused(let reason): reason
     case .server(let ename): "authentication failed: \(ename)"
     }
   }

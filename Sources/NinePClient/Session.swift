@@ -223,13 +223,30 @@ public final class Session: @unchecked Sendable {
       case .rread(let challenge) = try authenticationStep(
         .tread(fid: afid, offset: 0, count: count), timeout: timeout), !challenge.isEmpty
     else { throw .authentication(.noChallenge) }
-    let response: [UInt8]
+    let answer: Authentication.Answer
     do {
-      response = try authentication.respond(Array(challenge))
+      answer = try authentication.respond(
+        .init(bytes: Array(challenge), address: transport.address))
+    } catch let error as AuthenticationError {
+      throw .authentication(error)
     } catch {
       throw .authentication(.signing("\(error)"))
     }
-    _ = try authenticationStep(.twrite(fid: afid, offset: 0, data: response[...]), timeout: timeout)
+    _ = try authenticationStep(
+      .twrite(fid: afid, offset: 0, data: answer.response[...]), timeout: timeout)
+    if let checkProof = answer.checkProof {
+      guard
+        case .rread(let proof) = try authenticationStep(
+          .tread(fid: afid, offset: 0, count: count), timeout: timeout)
+      else { throw .authentication(.boardRefused("the board answered its proof's read oddly")) }
+      do {
+        try checkProof(Array(proof))
+      } catch let error as AuthenticationError {
+        throw .authentication(error)
+      } catch {
+        throw .authentication(.boardRefused("\(error)"))
+      }
+    }
     return afid
   }
 

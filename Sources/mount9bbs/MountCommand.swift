@@ -138,6 +138,10 @@ struct MountCommand: ParsableCommand {
       mount9bbs keygen, if there is one); alias IdentityFile
         auth=auto|required|off   when to prove it: where the board wants it (auto), always, \
       or never
+        auth-sign=bound|raw   what the key signs: bound (default) names the board's key and \
+      this authentication; raw signs the board's 32-byte challenge as it is, only for a \
+      deployed board that verifies that (warned each mount). Board keys are pinned per \
+      address in $XDG_STATE_HOME/mount9bbs/known_boards (default ~/.local/state/...)
         libfuse's and the kernel's: fsname=, subtype=, max_read=, auto_unmount, dev, nodev, \
       suid, nosuid, exec, noexec, atime, noatime, relatime, sync, async, dirsync and the like.
       fstab's own (noauto, nofail, _netdev, user, x-*, ...) are ignored. Any other option is an \

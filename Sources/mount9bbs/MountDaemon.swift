@@ -88,7 +88,10 @@ struct MountDaemon {
       profile: profile, uname: options.uname, aname: options.aname, requestedMsize: options.msize,
       requestTimeout: options.timeout)
     // Not for the built-in BBS, which does not authenticate.
-    if address != nil { configuration.authentication = try options.authentication() }
+    if address != nil {
+      configuration.authentication = try options.authentication(
+        board: candidates.map(\.description), logger: logger)
+    }
     let pool = try connect(candidates, configuration, logger)
     // Fids go back to the server: a board that does not clunk on disconnect would keep them.
     defer { pool.close(tidyingWithin: .seconds(1)) }

@@ -48,6 +48,9 @@ struct ParsedOptions {
   var identity: KeySource?
   /// `auth=auto|required|off`.
   var auth: AuthMode = .auto
+  /// `auth-sign=bound|raw`: what the key signs (see docs/authentication.md); raw only for
+  /// deployed boards that verify the raw challenge.
+  var authSign: ChallengeResponse.Form = .bound
   /// The key file's contents, unlocked with the passphrase the user typed (see
   /// MountIdentity.swift); the daemon gets them through an inherited pipe (`--key-fd`).
   var unlockedKey: UnlockedKey?
@@ -168,6 +171,12 @@ struct ParsedOptions {
           throw Invalid(description: "option auth=\(text): expected auto, required or off")
         }
         auth = mode
+      case "auth-sign":
+        let text = try required()
+        guard let form = ChallengeResponse.Form(rawValue: text) else {
+          throw Invalid(description: "option auth-sign=\(text): expected bound or raw")
+        }
+        authSign = form
       case "uid": uid = UInt32(try number(0...Int(Int32.max)))
       case "gid": gid = UInt32(try number(0...Int(Int32.max)))
       case "umask":

@@ -6,6 +6,7 @@
 
 import ArgumentParser
 import BBSDiscovery
+import BBSIdentity
 import BBSMount
 import Dispatch
 import Foundation
@@ -20,7 +21,9 @@ struct ScanCommand: ParsableCommand {
       Without --lan, asks BlueZ for an LE scan filtered on the 9P Information Service, lists \
       each board as it appears, then connects and reads its description, features, transport \
       information, app link and protocol version. With --lan, browses _9p._tcp and _9pfs._tcp \
-      through avahi-daemon. Everything found is cached (under $XDG_CACHE_HOME/mount9bbs), so \
+      through avahi-daemon. Each board's trust is shown against your pinned board keys \
+      ($XDG_STATE_HOME/mount9bbs/known_boards): pinned, unknown, or CHANGED (a mount will \
+      refuse it). Everything found is cached (under $XDG_CACHE_HOME/mount9bbs), so \
       `mount9bbs ble:NAME MOUNTPOINT` or `mount9bbs mdns:NAME MOUNTPOINT` needs no new scan.
 
       Exit status: 0 when something was found, 1 otherwise.
@@ -202,6 +205,7 @@ final class ScanReport {
         object["missing"] = information.missing.map(Self.jsonKey)
         object["dial"] = board.dialCandidates.map(\.description)
         object["mount"] = Self.mountName(device)
+        object["trust"] = trust(of: board.dialCandidates).word
         emit(object)
         return
       }
@@ -213,6 +217,7 @@ final class ScanReport {
         }
         lines.append("  " + Self.padded(characteristic.label) + value)
       }
+      lines.append("  " + Self.padded("trust") + "\(trust(of: board.dialCandidates))")
       lines.append(
         "  " + Self.padded("mount") + "mount9bbs \(Self.shell(Self.mountName(device))) MOUNTPOINT")
       Console.output(lines.joined(separator: "\n"))
@@ -307,6 +312,7 @@ final class ScanReport {
           "host": service.host, "address": service.address, "port": Int(service.port),
           "txt": service.txt, "features": service.features,
           "dial": [service.dialAddress.description], "mount": "mdns:" + service.name,
+          "trust": trust(of: service).word,
         ])
         return
       }
@@ -316,6 +322,7 @@ final class ScanReport {
       for key in service.txt.keys.sorted() {
         lines.append("  " + Self.padded(Self.safe(key)) + Self.safe(service.txt[key] ?? ""))
       }
+      lines.append("  " + Self.padded("trust") + Self.safe("\(trust(of: service))"))
       lines.append(
         "  " + Self.padded("mount") + "mount9bbs \(Self.shell("mdns:" + service.name)) MOUNTPOINT")
       Console.output(lines.joined(separator: "\n"))
@@ -332,6 +339,21 @@ final class ScanReport {
         Console.error("  " + Self.safe("\(error)"))
       }
     }
+  }
+
+  /// The user's pinned board keys.
+  private let pins = BoardPins(path: BoardPins.defaultPath())
+
+  /// A Bluetooth board's trust: by address only (9PIS advertises no key).
+  private func trust(of addresses: [TransportAddress]) -> BoardPins.Trust {
+    pins.trust(at: addresses.map(\.description), advertised: nil, advertisesKeys: false)
+  }
+
+  /// A LAN board's trust: its address and the key fingerprint in its TXT `boardkey`.
+  private func trust(of service: LANService) -> BoardPins.Trust {
+    pins.trust(
+      at: [service.dialAddress.description], advertised: service.txt["boardkey"],
+      advertisesKeys: true)
   }
 
   /// A server-chosen string as one visible line.

@@ -1,3 +1,4 @@
+import BBSIdentity
 import Foundation
 import TestSupport
 import XCTest
@@ -70,6 +71,7 @@ final class BluetoothScanTests: XCTestCase {
         transport    l2cap:psm=9,mtu=4096,dynamic,sessions=4,range=80-ff → PSM 0x0009, then 0x0080
         app link     https://9p4z.org/clients
         version      9P2000;9p4z;1.0.0
+        trust        unknown: not mounted yet
         mount        mount9bbs ble:THE_GRID MOUNTPOINT
 
       """, run.all)
@@ -95,6 +97,18 @@ final class BluetoothScanTests: XCTestCase {
     XCTAssertNotNil(cached["lastSeen"] as? String)
     let information = cached["information"] as? [String: Any]
     XCTAssertEqual(information?["featuresText"] as? String, "chat,messaging")
+  }
+
+  /// A board whose address has a pinned key (a mount proved it there) shows as pinned, by
+  /// address: 9PIS advertises no key.
+  func testABoardWithAPinnedKeyShowsAsPinned() throws {
+    guard BlueZMock.requirePython() else { return }
+    let key = try XCTUnwrap(BoardKey(of: PrivateKey.generate(.ed25519)))
+    try BoardPins(path: mock.stateHome + "/mount9bbs/known_boards").pin(
+      key, at: "l2cap!C0:FF:EE:00:00:01!0x0009")
+    let run = try mock.run(scene: Self.scene([Self.grid]), ["scan", "--timeout", "1.5"])
+    XCTAssertEqual(run.status, 0, run.all)
+    XCTAssertTrue(run.stdout.contains("  trust        pinned (\(key.fingerprint))\n"), run.all)
   }
 
   /// A device without the 9PIS UUID (reported because another client scans unfiltered, or

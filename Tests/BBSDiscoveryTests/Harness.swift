@@ -57,6 +57,8 @@ final class BlueZMock {
   let directory: String
   var callsPath: String { directory + "/calls.jsonl" }
   var cacheHome: String { directory + "/cache" }
+  /// The scan's own state directory (its pinned board keys).
+  var stateHome: String { directory + "/state" }
 
   static var python: String {
     PackagePaths.python(
@@ -117,7 +119,9 @@ final class BlueZMock {
         "/bin/bash", "-c", "export DBUS_SYSTEM_BUS_ADDRESS=$DBUS_SESSION_BUS_ADDRESS; exec \"$@\"",
         "_",
       ] + inner
-    var env = ["OUT": out, "ERR": err, "XDG_CACHE_HOME": cacheHome]
+    var env = [
+      "OUT": out, "ERR": err, "XDG_CACHE_HOME": cacheHome, "XDG_STATE_HOME": stateHome,
+    ]
     env.merge(environment) { $1 }
     let child = ChildProcess("/usr/bin/dbus-run-session", ["--"] + inner, environment: env)
     let started = Date()

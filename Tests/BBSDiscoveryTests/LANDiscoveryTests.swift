@@ -94,6 +94,54 @@ final class LANDiscoveryTests: XCTestCase {
     XCTAssertTrue(namespace.file("boards.json").contains("\"lastSeen\""))
   }
 
+  /// A board with a key advertises its fingerprint (TXT `boardkey`); `scan --lan` shows it
+  /// unknown until a mount pins it, pinned after, and CHANGED once the board at that address
+  /// advertises another key, which a mount then refuses.
+  func testScanShowsEachBoardsKeyAgainstThePins() throws {
+    let result = try namespace.run(
+      Self.prelude + #"""
+        export XDG_CONFIG_HOME="$WORK/config" XDG_STATE_HOME="$WORK/state"
+        "$BIN/mount9bbs" keygen >/dev/null 2>&1 || exit 31
+        board() {
+          "$BIN/9bbsd" --listen 'tcp!127.0.0.1!5642' --advertise 'Keyed BBS' --auth optional \
+            --board-key "$WORK/$1" >"$WORK/9bbsd-$1.log" 2>&1 &
+          server=$!
+          wait_for 10 grep -q "advertising 'Keyed BBS'" "$WORK/9bbsd-$1.log" || exit 32
+        }
+        board key-a
+        "$BIN/mount9bbs" scan --lan --timeout 2 --json >"$WORK/scan1.json" 2>/dev/null
+        "$BIN/mount9bbs" 'mdns!Keyed BBS' "$WORK/mnt" >"$WORK/mount1.log" 2>&1 || exit 33
+        "$BIN/mount9bbs" -u "$WORK/mnt" || exit 34
+        "$BIN/mount9bbs" scan --lan --timeout 2 >"$WORK/scan2.txt" 2>/dev/null
+        kill "$server"; wait "$server"
+        board key-b
+        "$BIN/mount9bbs" scan --lan --timeout 2 >"$WORK/scan3.txt" 2>/dev/null
+        "$BIN/mount9bbs" 'mdns!Keyed BBS' "$WORK/mnt" >"$WORK/mount2.log" 2>&1 && exit 35
+        echo done
+        """#)
+    XCTAssertEqual(result.status, 0, "\(result.output)\n\(namespace.file("9bbsd-key-a.log"))")
+    let fingerprint = try XCTUnwrap(
+      namespace.file("9bbsd-key-a.log").split(separator: "\n").first {
+        $0.contains("board key SHA256:")
+      }?
+      .split(separator: " ").last.map(String.init))
+    let scan1 = namespace.file("scan1.json")
+    XCTAssertTrue(scan1.contains("\"boardkey\":\"\(fingerprint)\""), scan1)
+    XCTAssertTrue(scan1.contains("\"trust\":\"unknown\""), scan1)
+    XCTAssertTrue(
+      namespace.file("mount1.log").contains("new board key for tcp!127.0.0.1!5642: \(fingerprint)"),
+      namespace.file("mount1.log"))
+    XCTAssertTrue(
+      namespace.file("scan2.txt").contains("  trust        pinned (\(fingerprint))"),
+      namespace.file("scan2.txt"))
+    XCTAssertTrue(
+      namespace.file("scan3.txt").contains("  trust        CHANGED: advertises SHA256:"),
+      namespace.file("scan3.txt"))
+    XCTAssertTrue(
+      namespace.file("mount2.log").contains("but the key pinned for it is \(fingerprint)"),
+      namespace.file("mount2.log"))
+  }
+
   /// A server named to attack the user (a quote that ends the suggested command early, an
   /// escape sequence): `scan --lan` shows the name escaped, and its suggested mount command,
   /// pasted into an interactive bash, passes the name as one word and runs nothing.

@@ -41,8 +41,10 @@ final class AgentTests: XCTestCase {
       // The agent's key is the file's key: same identity.
       XCTAssertEqual(key.identity, try KeyFile.load(file).identity)
       // Many challenges, so an ECDSA r or s with a leading zero byte shows up too.
-      for _ in 0..<40 {
-        let challenge = (0..<32).map { _ in UInt8.random(in: 0...255) }
+      for round in 0..<40 {
+        let challenge = ChallengeResponse.Challenge(
+          nonce: (0..<32).map { _ in UInt8.random(in: 0...255) },
+          boardKey: round % 2 == 0 ? nil : BoardKey(of: PrivateKey.generate(.ed25519)))
         let response = try ChallengeResponse.respond(to: challenge, with: key)
         XCTAssertEqual(
           try ChallengeResponse.verify(

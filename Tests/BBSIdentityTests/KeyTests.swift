@@ -82,7 +82,8 @@ final class KeyTests: XCTestCase {
       XCTAssertEqual(key.algorithm, algorithm, path)
       XCTAssertEqual(key.identity.hex, try independentIdentity(ofPublicKeyFile: path + ".pub"))
       // And it signs what the board verifies.
-      let challenge = (0..<32).map { _ in UInt8.random(in: 0...255) }
+      let challenge = ChallengeResponse.Challenge(
+        nonce: (0..<32).map { _ in UInt8.random(in: 0...255) }, boardKey: nil)
       let response = try ChallengeResponse.respond(to: challenge, with: key)
       XCTAssertEqual(
         try ChallengeResponse.verify(
@@ -184,7 +185,12 @@ final class KeyTests: XCTestCase {
   }
 
   func testResponsesVerifyOnlyForTheirChallengeKeyAndIdentity() throws {
-    let challenge = (0..<32).map { UInt8($0) }
+    let challenge = ChallengeResponse.Challenge(
+      nonce: (0..<32).map { UInt8($0) }, boardKey: BoardKey(of: PrivateKey.generate(.ed25519)))
+    let reversed = ChallengeResponse.Challenge(
+      nonce: challenge.nonce.reversed(), boardKey: challenge.boardKey)
+    let otherBoard = ChallengeResponse.Challenge(
+      nonce: challenge.nonce, boardKey: BoardKey(of: PrivateKey.generate(.ed25519)))
     for algorithm in KeyAlgorithm.allCases {
       let key = PrivateKey.generate(algorithm)
       let other = PrivateKey.generate(algorithm)
@@ -194,7 +200,9 @@ final class KeyTests: XCTestCase {
       XCTAssertEqual(
         try ChallengeResponse.verify(
           response, challenge: challenge, claimedIdentity: key.identity.hex), key.identity)
-      func rejection(_ response: [UInt8], _ challenge: [UInt8], _ claim: String)
+      func rejection(
+        _ response: [UInt8], _ challenge: ChallengeResponse.Challenge, _ claim: String
+      )
         -> ChallengeResponse.Rejection?
       {
         do {
@@ -204,8 +212,9 @@ final class KeyTests: XCTestCase {
           return error
         }
       }
-      XCTAssertEqual(
-        rejection(response, challenge.reversed(), key.identity.hex), .badSignature(algorithm))
+      XCTAssertEqual(rejection(response, reversed, key.identity.hex), .badSignature(algorithm))
+      // The same challenge from a board with another key: the signature names this one's.
+      XCTAssertEqual(rejection(response, otherBoard, key.identity.hex), .badSignature(algorithm))
       XCTAssertEqual(
         rejection(response, challenge, other.identity.hex),
         .identityMismatch(claimed: other.identity.hex, key: key.identity))

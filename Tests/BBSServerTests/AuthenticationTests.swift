@@ -38,12 +38,14 @@ final class AuthenticationTests: ServerTestCase {
   }
 
   /// Tauth and Tread on `afid`; returns the challenge.
-  private func challenge(_ client: WireClient, afid: Fid, claim: String) throws -> [UInt8] {
+  private func challenge(_ client: WireClient, afid: Fid, claim: String) throws
+    -> ChallengeResponse.Challenge
+  {
     let auth = try client.rpc(.tauth(afid: afid, uname: claim, aname: ""))
     XCTAssertEqual(auth, .rauth(aqid: Qid(type: .auth, version: 0, path: UInt64(afid))))
-    guard case .rread(let challenge) = try client.rpc(.tread(fid: afid, offset: 0, count: 64))
+    guard case .rread(let challenge) = try client.rpc(.tread(fid: afid, offset: 0, count: 1024))
     else { throw TestError.unexpected("no challenge") }
-    return Array(challenge)
+    return try ChallengeResponse.Challenge(parsing: Array(challenge))
   }
 
   /// Tauth, Tread and Twrite on `afid` for `key` (claiming `claim`, by default the key's own
@@ -52,7 +54,7 @@ final class AuthenticationTests: ServerTestCase {
     _ client: WireClient, afid: Fid = 7, key: PrivateKey, claim: String? = nil
   ) throws -> Message {
     let challenge = try challenge(client, afid: afid, claim: claim ?? key.identity.hex)
-    XCTAssertEqual(challenge.count, 32)
+    XCTAssertEqual(challenge.nonce.count, 32)
     let response = try ChallengeResponse.respond(to: challenge, with: key)
     return try client.rpc(.twrite(fid: afid, offset: 0, data: response[...]))
   }
@@ -114,9 +116,84 @@ final class AuthenticationTests: ServerTestCase {
     let first = try challenge(client, afid: 7, claim: alice.identity.hex)
     let second = try challenge(client, afid: 8, claim: alice.identity.hex)
     XCTAssertNotEqual(first, second)
+    XCTAssertNil(first.boardKey, "a board without a key hands out 32 bytes")
     XCTAssertEqual(
-      try client.rpc(.tread(fid: 7, offset: 16, count: 64)), .rread(data: ArraySlice(first[16...])))
+      try client.rpc(.tread(fid: 7, offset: 16, count: 64)),
+      .rread(data: ArraySlice(first.nonce[16...])))
     XCTAssertEqual(try client.rpc(.tread(fid: 7, offset: 40, count: 64)), .rread(data: []))
+  }
+
+  // MARK: The board's key
+
+  func testAKeyedBoardPresentsItsKeyAndProvesItAfterTheResponse() throws {
+    let boardKey = PrivateKey.generate(.ed25519)
+    try startServer { $0.boardKey = boardKey }
+    let client = try client()
+    let challenge = try challenge(client, afid: 7, claim: alice.identity.hex)
+    XCTAssertEqual(challenge.boardKey, BoardKey(of: boardKey))
+    XCTAssertEqual(challenge.encoded.count, 32 + 16 + 32)
+    let response = try ChallengeResponse.respond(to: challenge, with: alice)
+    XCTAssertEqual(
+      try client.rpc(.twrite(fid: 7, offset: 0, data: response[...])), .rwrite(count: 96))
+    guard case .rread(let proof) = try client.rpc(.tread(fid: 7, offset: 0, count: 1024)) else {
+      return XCTFail("no proof")
+    }
+    XCTAssertNoThrow(
+      try ChallengeResponse.verifyBoardProof(
+        Array(proof), boardKey: try XCTUnwrap(challenge.boardKey), nonce: challenge.nonce,
+        response: response))
+    // The proof is for this response only.
+    var other = response
+    other[0] ^= 1
+    XCTAssertThrowsError(
+      try ChallengeResponse.verifyBoardProof(
+        Array(proof), boardKey: try XCTUnwrap(challenge.boardKey), nonce: challenge.nonce,
+        response: other))
+    // One response per challenge: a second write gets no second proof.
+    XCTAssertEqual(
+      try client.rpc(.twrite(fid: 7, offset: 0, data: response[...])),
+      .rerror(ename: "authentication failed"))
+    guard case .rattach = try client.rpc(.tattach(fid: 0, afid: 7, uname: "", aname: "")) else {
+      return XCTFail("attach failed")
+    }
+  }
+
+  func testASignatureForAnotherBoardKeyOrTheRawChallengeIsRefused() throws {
+    let boardKey = PrivateKey.generate(.ed25519)
+    try startServer { $0.boardKey = boardKey }
+    let client = try client()
+    // What a relaying board with its own key gets its victim to sign: the same challenge,
+    // another board key.
+    let challenge = try challenge(client, afid: 7, claim: alice.identity.hex)
+    let relayed = ChallengeResponse.Challenge(
+      nonce: challenge.nonce, boardKey: BoardKey(of: PrivateKey.generate(.ed25519)))
+    var response = try ChallengeResponse.respond(to: relayed, with: alice)
+    XCTAssertEqual(
+      try client.rpc(.twrite(fid: 7, offset: 0, data: response[...])),
+      .rerror(ename: "authentication failed"))
+    // No board key named (bound), or the raw challenge signed.
+    for (afid, form) in [(Fid(8), ChallengeResponse.Form.bound), (Fid(9), .raw)] {
+      let fresh = try self.challenge(client, afid: afid, claim: alice.identity.hex)
+      response = try ChallengeResponse.respond(
+        to: .init(nonce: fresh.nonce, boardKey: nil), with: alice, form: form)
+      XCTAssertEqual(
+        try client.rpc(.twrite(fid: afid, offset: 0, data: response[...])),
+        .rerror(ename: "authentication failed"), "\(form)")
+    }
+  }
+
+  func testTheRawCompatibilityFormIsAcceptedOnlyWhenConfigured() throws {
+    try startServer(.required, profile: .device) { $0.authSign = .raw }
+    let client = try client()
+    let challenge = try challenge(client, afid: 7, claim: alice.identity.hex)
+    XCTAssertNil(challenge.boardKey)
+    let bound = try ChallengeResponse.respond(to: challenge, with: alice, form: .bound)
+    XCTAssertEqual(
+      try client.rpc(.twrite(fid: 7, offset: 0, data: bound[...])),
+      .rerror(ename: "authentication failed"))
+    let again = try self.challenge(client, afid: 8, claim: alice.identity.hex)
+    let raw = try ChallengeResponse.respond(to: again, with: alice, form: .raw)
+    XCTAssertEqual(try client.rpc(.twrite(fid: 8, offset: 0, data: raw[...])), .rwrite(count: 96))
   }
 
   // MARK: Every error
@@ -158,7 +235,8 @@ final class AuthenticationTests: ServerTestCase {
     guard case .rauth = try client.rpc(.tauth(afid: 7, uname: alice.identity.hex, aname: "")) else {
       return XCTFail("Tauth failed")
     }
-    let response = try ChallengeResponse.respond(to: [UInt8](repeating: 0, count: 32), with: alice)
+    let response = try ChallengeResponse.respond(
+      to: .init(nonce: [UInt8](repeating: 0, count: 32), boardKey: nil), with: alice)
     XCTAssertEqual(
       try client.rpc(.twrite(fid: 7, offset: 0, data: response[...])),
       .rerror(ename: "must read challenge first"))
@@ -181,7 +259,8 @@ final class AuthenticationTests: ServerTestCase {
     let client = try client()
     // A signature over something else.
     let challenge = try challenge(client, afid: 7, claim: alice.identity.hex)
-    var forged = try ChallengeResponse.respond(to: challenge.reversed(), with: alice)
+    var forged = try ChallengeResponse.respond(
+      to: .init(nonce: challenge.nonce.reversed(), boardKey: nil), with: alice)
     XCTAssertEqual(
       try client.rpc(.twrite(fid: 7, offset: 0, data: forged[...])),
       .rerror(ename: "authentication failed"))

@@ -28,7 +28,7 @@ final class ClientAuthenticationTests: XCTestCase {
     var configuration = SessionConfiguration(profile: .multiplex, uname: uname)
     configuration.authentication = signer.map { signer in
       Authentication(identity: signer.identity.hex, policy: policy) {
-        try ChallengeResponse.respond(to: $0, with: signer)
+        try answer($0, with: signer)
       }
     }
     return configuration
@@ -117,7 +117,7 @@ final class ClientAuthenticationTests: XCTestCase {
       try failure(server.address, configuration(nil)), .authentication(.required))
     // Bob's signature for Alice's identity.
     var forged = configuration(alice)
-    forged.authentication?.respond = { [bob] in try ChallengeResponse.respond(to: $0, with: bob) }
+    forged.authentication?.respond = { [bob] in try answer($0, with: bob) }
     XCTAssertEqual(try failure(server.address, forged), .authentication(.refused))
     // A key that cannot sign (an agent gone away, say) says why.
     var broken = configuration(alice)
@@ -160,7 +160,7 @@ final class ClientAuthenticationTests: XCTestCase {
     var slow = configuration(alice)
     slow.authentication?.respond = { [alice] challenge in
       Thread.sleep(forTimeInterval: 0.3)  // the point: answer after the challenge expired
-      return try ChallengeResponse.respond(to: challenge, with: alice)
+      return try answer(challenge, with: alice)
     }
     XCTAssertEqual(try failure(address, slow), .authentication(.expired))
   }
@@ -205,7 +205,7 @@ final class ClientAuthenticationTests: XCTestCase {
       counter.enter()
       defer { counter.leave() }
       Thread.sleep(forTimeInterval: 0.1)  // long enough for the others to pile up
-      return try ChallengeResponse.respond(to: challenge, with: alice)
+      return try answer(challenge, with: alice)
     }
     let outcomes = Outcomes<Session>()
     for _ in 0..<8 {
@@ -228,6 +228,21 @@ final class ClientAuthenticationTests: XCTestCase {
       try? outcome.get().close()
     }
     XCTAssertEqual(counter.highest, Authentication.concurrentLimit)
+  }
+}
+
+/// The answer mount9bbs gives (without its pins): refuses anything but a 32-byte challenge
+/// before signing, signs in `form`, and checks a keyed board's proof.
+func answer(
+  _ offered: Authentication.Challenge, with signer: any Signer,
+  form: ChallengeResponse.Form = .bound
+) throws -> Authentication.Answer {
+  let challenge = try ChallengeResponse.Challenge(parsing: offered.bytes)
+  let response = try ChallengeResponse.respond(to: challenge, with: signer, form: form)
+  guard let boardKey = challenge.boardKey else { return .init(response: response) }
+  return .init(response: response) { proof in
+    try ChallengeResponse.verifyBoardProof(
+      proof, boardKey: boardKey, nonce: challenge.nonce, response: response)
   }
 }
 

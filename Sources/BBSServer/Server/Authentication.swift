@@ -16,13 +16,19 @@ public enum AuthPolicy: String, Sendable, CaseIterable {
 /// One session's authentications in progress: the core's auth pool. Each entry lives from
 /// Tauth until its afid is clunked (or the session is reset), so a client that does not clunk
 /// its afids runs out of places.
+///
+/// A board with a key (``BBSServerConfiguration/boardKey``) hands out the challenge followed
+/// by its key, and once a response is accepted, the afid's next read is the board's proof
+/// (docs/authentication.md).
 struct AuthTable {
   private struct Entry {
     var claimed: String
-    var challenge: [UInt8]
+    var challenge: ChallengeResponse.Challenge
     var issued: ContinuousClock.Instant
     var challengeRead = false
     var verified: Identity?
+    /// The board's signature over the accepted response (keyed boards).
+    var proof: [UInt8]?
   }
 
   private var entries: [Fid: Entry] = [:]
@@ -40,21 +46,24 @@ struct AuthTable {
 
   mutating func remove(_ afid: Fid) { entries[afid] = nil }
 
-  /// Tauth: a fresh challenge for `claimed`. The caller has checked the identity's length
-  /// and that the afid is free.
-  mutating func begin(afid: Fid, claimed: String) throws(NinePFailure) -> Qid {
+  /// Tauth: a fresh challenge for `claimed`, naming `boardKey` when the board has one. The
+  /// caller has checked the identity's length and that the afid is free.
+  mutating func begin(afid: Fid, claimed: String, boardKey: BoardKey?) throws(NinePFailure) -> Qid {
     guard entries.count < Self.places else {
       throw NinePFailure("too many concurrent authentications")
     }
     var generator = SystemRandomNumberGenerator()
-    let challenge = (0..<ChallengeResponse.challengeSize).map { _ in
+    let nonce = (0..<ChallengeResponse.challengeSize).map { _ in
       UInt8.random(in: .min ... .max, using: &generator)
     }
-    entries[afid] = Entry(claimed: claimed, challenge: challenge, issued: .now)
+    entries[afid] = Entry(
+      claimed: claimed, challenge: ChallengeResponse.Challenge(nonce: nonce, boardKey: boardKey),
+      issued: .now)
     return Qid(type: .auth, version: 0, path: UInt64(afid))
   }
 
-  /// Tread of an afid: the challenge from `offset`, while it is fresh.
+  /// Tread of an afid: the challenge from `offset`, while it is fresh; once a response was
+  /// accepted, the board's proof.
   mutating func read(afid: Fid, offset: UInt64, count: Int, lifetime: Duration)
     throws(NinePFailure) -> [UInt8]
   {
@@ -64,29 +73,43 @@ struct AuthTable {
     }
     entry.challengeRead = true
     entries[afid] = entry
-    guard offset < UInt64(entry.challenge.count) else { return [] }
-    return Array(entry.challenge[Int(offset)...].prefix(count))
+    let content = entry.proof ?? entry.challenge.encoded
+    guard offset < UInt64(content.count) else { return [] }
+    return Array(content[Int(offset)...].prefix(count))
   }
 
   /// Twrite of an afid: checks signature ‖ public key against the challenge and the claimed
-  /// identity. Returns the count to report.
-  mutating func write(afid: Fid, data: [UInt8], lifetime: Duration, logger: Logger, session: Int)
-    throws(NinePFailure) -> Int
-  {
+  /// identity, in the form `form`; a keyed board signs its proof with `boardKey`. Returns the
+  /// count to report.
+  mutating func write(
+    afid: Fid, data: [UInt8], form: ChallengeResponse.Form, boardKey: PrivateKey?,
+    lifetime: Duration, logger: Logger, session: Int
+  ) throws(NinePFailure) -> Int {
     guard var entry = entries[afid] else { throw NinePFailure("unknown fid") }
     guard entry.challengeRead else { throw NinePFailure("must read challenge first") }
     guard entry.issued.duration(to: .now) <= lifetime else {
       throw NinePFailure("authentication timeout")
     }
+    // One response per challenge: a second would get a second proof, or a second try.
+    guard entry.verified == nil else { throw NinePFailure("authentication failed") }
     guard ChallengeResponse.sizes.contains(data.count) else {
       throw NinePFailure("invalid auth response size")
     }
     do {
       entry.verified = try ChallengeResponse.verify(
-        data, challenge: entry.challenge, claimedIdentity: entry.claimed)
+        data, challenge: entry.challenge, claimedIdentity: entry.claimed, form: form)
     } catch {
       logger.notice("session \(session): authentication of '\(entry.claimed)' refused: \(error)")
       throw NinePFailure("authentication failed")
+    }
+    if let boardKey {
+      do {
+        entry.proof = try ChallengeResponse.proveBoard(
+          nonce: entry.challenge.nonce, response: data, with: boardKey)
+      } catch {
+        logger.error("session \(session): cannot sign the board's proof: \(error)")
+        throw NinePFailure("authentication failed")
+      }
     }
     entries[afid] = entry
     logger.info("session \(session): authenticated \(entry.claimed)")

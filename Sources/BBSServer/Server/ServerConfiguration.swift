@@ -1,3 +1,4 @@
+import BBSIdentity
 import Foundation
 import NinePProtocol
 
@@ -74,6 +75,12 @@ public struct BBSServerConfiguration: Sendable {
   public var sysops: Set<String> = []
   /// Names chat lines show for identities; others show their first 8 characters.
   public var nicknames: [String: String] = [:]
+  /// The board's own Ed25519 key, which it proves to every client that authenticates (see
+  /// docs/authentication.md); nil: a board without a key, as deployed boards are.
+  public var boardKey: PrivateKey?
+  /// What a client's key must have signed: ``ChallengeResponse/Form/bound`` (the default),
+  /// or the raw challenge, as a deployed board probably verifies it (compatibility only).
+  public var authSign: ChallengeResponse.Form = .bound
   /// How long a Tauth challenge may be answered (a board: 60 s).
   public var challengeLifetime: Duration = .seconds(60)
 

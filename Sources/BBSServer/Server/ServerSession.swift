@@ -1,3 +1,4 @@
+import BBSIdentity
 import Dispatch
 import Glibc
 import Logging
@@ -252,7 +253,9 @@ final class ServerSession: Sendable {
       } catch {
         throw NinePFailure("cannot allocate afid")
       }
-      return .rauth(aqid: try state.auth.begin(afid: afid, claimed: uname))
+      return .rauth(
+        aqid: try state.auth.begin(
+          afid: afid, claimed: uname, boardKey: configuration.boardKey.flatMap(BoardKey.init(of:))))
 
     case .tattach(let fid, let afid, let uname, let aname):
       let user = try attachingUser(afid: afid, uname: uname, state: state)
@@ -351,8 +354,9 @@ final class ServerSession: Sendable {
 
     case .twrite(let fid, _, let data) where state.auth.isAuthFid(fid):
       let count = try state.auth.write(
-        afid: fid, data: Array(data), lifetime: configuration.challengeLifetime, logger: logger,
-        session: id)
+        afid: fid, data: Array(data), form: configuration.authSign,
+        boardKey: configuration.boardKey, lifetime: configuration.challengeLifetime,
+        logger: logger, session: id)
       return .rwrite(count: UInt32(count))
 
     case .twrite(let fid, let offset, let data):

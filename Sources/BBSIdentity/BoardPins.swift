@@ -1,0 +1,204 @@
+import Foundation
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// The board keys a user has seen, per address, as ssh's known_hosts keeps host keys: the
+/// first key a board at an address proves is pinned, and from then on that address must prove
+/// the same key.
+///
+/// The file is `$XDG_STATE_HOME/mount9bbs/known_boards` (else
+/// `~/.local/state/mount9bbs/known_boards`), one `ADDRESS ssh-ed25519 BASE64` line per pin
+/// (the address percent-encoded where it holds blanks or `%`); `#` starts a comment. Deleting
+/// an address's line resets its pin.
+public struct BoardPins: Sendable {
+  /// The pin file.
+  public let path: String
+
+  public init(path: String) { self.path = path }
+
+  /// The user's pin file.
+  public static func defaultPath(
+    environment: [String: String] = ProcessInfo.processInfo.environment
+  ) -> String {
+    let state =
+      environment["XDG_STATE_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil }
+      ?? ((environment["HOME"] ?? NSHomeDirectory()) + "/.local/state")
+    return state + "/mount9bbs/known_boards"
+  }
+
+  /// What a board's key is, measured against the pins.
+  public enum Status: Equatable, Sendable {
+    /// The address's pinned key.
+    case pinned
+    /// No pin for the address yet (and the key is pinned nowhere else, or only at `sameBoard`
+    /// addresses).
+    case new
+    /// A board without a key at an address with no pin: nothing to check.
+    case keyless
+  }
+
+  /// Why a board is refused.
+  public enum Refusal: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The address's pinned key is not the one presented.
+    case changed(address: String, pinned: BoardKey, presented: BoardKey, file: String)
+    /// The address has a pinned key and the board presented none.
+    case keyVanished(address: String, pinned: BoardKey, file: String)
+    /// The key is pinned for other addresses only.
+    case pinnedElsewhere(address: String, key: BoardKey, others: [String], file: String)
+
+    public var description: String {
+      switch self {
+      case .changed(let address, let pinned, let presented, let file):
+        "the board at \(address) presents the key \(presented.fingerprint), but the key pinned "
+          + "for it is \(pinned.fingerprint) (\(file)): it may be another board posing as it "
+          + "or relaying it. Refusing. If that board's key was really replaced, delete the "
+          + "line for \(address) from \(file) and mount again"
+      case .keyVanished(let address, let pinned, let file):
+        "the board at \(address) presents no board key, but it proved the key "
+          + "\(pinned.fingerprint) before (\(file)): it may be another board posing as it or "
+          + "relaying it. Refusing. If that board really no longer has a key, delete the line "
+          + "for \(address) from \(file) and mount again"
+      case .pinnedElsewhere(let address, let key, let others, let file):
+        "the board at \(address) presents the key \(key.fingerprint), which is pinned for "
+          + "\(others.joined(separator: ", ")) (\(file)): something at \(address) may be "
+          + "relaying that board to log in as you. Refusing. If \(address) is really another "
+          + "address of the same board, add it: echo '\(Self.line(address, key))' >> \(file)"
+      }
+    }
+
+    static func line(_ address: String, _ key: BoardKey) -> String {
+      BoardPins.line(address: address, key: key)
+    }
+  }
+
+  /// Every pin in the file: (address, key), in file order. A missing file has none; lines that
+  /// do not parse are skipped.
+  public func entries() -> [(address: String, key: BoardKey)] {
+    guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return [] }
+    return text.split(whereSeparator: \.isNewline).compactMap { line in
+      let trimmed = line.drop { $0 == " " || $0 == "\t" }
+      guard !trimmed.hasPrefix("#"), let space = trimmed.firstIndex(of: " "),
+        let address = String(trimmed[..<space]).removingPercentEncoding,
+        let key = BoardKey(sshText: trimmed[trimmed.index(after: space)...])
+      else { return nil }
+      return (address, key)
+    }
+  }
+
+  /// Checks what the board at `address` presented against the pins. `sameBoard` are other
+  /// addresses the user named for this board (one mount's `ADDR1,ADDR2`): a key pinned there
+  /// is no relay.
+  public func check(_ key: BoardKey?, at address: String, sameBoard: [String] = [])
+    throws(Refusal) -> Status
+  {
+    let all = entries()
+    if let pinned = all.first(where: { $0.address == address })?.key {
+      guard let key else { throw .keyVanished(address: address, pinned: pinned, file: path) }
+      guard key == pinned else {
+        throw .changed(address: address, pinned: pinned, presented: key, file: path)
+      }
+      return .pinned
+    }
+    guard let key else { return .keyless }
+    let elsewhere = all.filter { $0.key == key }.map(\.address)
+    if !elsewhere.isEmpty && !elsewhere.contains(where: sameBoard.contains) {
+      throw .pinnedElsewhere(address: address, key: key, others: elsewhere, file: path)
+    }
+    return .new
+  }
+
+  /// What a scan can say about a board from the pins (nothing it shows is proven: a board
+  /// proves its key only when a mount authenticates).
+  public enum Trust: Equatable, Sendable, CustomStringConvertible {
+    /// An address of the board has a pin (and what it advertises, if anything, matches).
+    case pinned(fingerprint: String)
+    /// No pin for its addresses.
+    case unknown(advertised: String?)
+    /// It advertises another key (or none) than the one pinned for its address.
+    case changed(pinned: String, advertised: String?)
+    /// A new address advertising a key pinned for other addresses.
+    case keyElsewhere(fingerprint: String, addresses: [String])
+
+    /// One word for JSON: pinned, unknown, changed or elsewhere.
+    public var word: String {
+      switch self {
+      case .pinned: "pinned"
+      case .unknown: "unknown"
+      case .changed: "changed"
+      case .keyElsewhere: "elsewhere"
+      }
+    }
+
+    public var description: String {
+      switch self {
+      case .pinned(let fingerprint): "pinned (\(fingerprint))"
+      case .unknown(let advertised?): "unknown: not mounted yet (advertises \(advertised))"
+      case .unknown(nil): "unknown: not mounted yet"
+      case .changed(let pinned, let advertised):
+        "CHANGED: advertises \(advertised ?? "no board key"), but \(pinned) is pinned; a mount will refuse it"
+      case .keyElsewhere(let fingerprint, let addresses):
+        "unknown address advertising \(fingerprint), the key pinned for \(addresses.joined(separator: ", ")); a mount will refuse it"
+      }
+    }
+  }
+
+  /// The trust a scan shows for a board reached at `addresses`: `advertised` is the
+  /// fingerprint it advertises (mDNS TXT `boardkey`); `advertisesKeys` is false where boards
+  /// advertise none (Bluetooth), so only the address counts.
+  public func trust(at addresses: [String], advertised: String?, advertisesKeys: Bool) -> Trust {
+    let all = entries()
+    if let pinned = all.first(where: { addresses.contains($0.address) })?.key {
+      guard advertisesKeys, advertised != pinned.fingerprint else {
+        return .pinned(fingerprint: pinned.fingerprint)
+      }
+      return .changed(pinned: pinned.fingerprint, advertised: advertised)
+    }
+    if let advertised {
+      let elsewhere = all.filter { $0.key.fingerprint == advertised }.map(\.address)
+      if !elsewhere.isEmpty { return .keyElsewhere(fingerprint: advertised, addresses: elsewhere) }
+    }
+    return .unknown(advertised: advertised)
+  }
+
+  /// Pins `key` for `address` unless the address has a pin already (another session of the
+  /// mount may have pinned it first); returns whether it did. The file and its directory are
+  /// made private.
+  @discardableResult
+  public func pin(_ key: BoardKey, at address: String) throws(IdentityError) -> Bool {
+    let directory = (path as NSString).deletingLastPathComponent
+    do {
+      try FileManager.default.createDirectory(
+        atPath: directory, withIntermediateDirectories: true,
+        attributes: [.posixPermissions: 0o700])
+    } catch {
+      throw .writeFailed(path: directory, reason: "\(error)")
+    }
+    let descriptor = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0o600)
+    guard descriptor >= 0 else {
+      throw .writeFailed(path: path, reason: String(cString: strerror(errno)))
+    }
+    defer { close(descriptor) }
+    // One writer at a time, so two sessions pinning at once leave one line.
+    guard flock(descriptor, LOCK_EX) == 0 else {
+      throw .writeFailed(path: path, reason: String(cString: strerror(errno)))
+    }
+    guard !entries().contains(where: { $0.address == address }) else { return false }
+    let bytes = Array((Self.line(address: address, key: key) + "\n").utf8)
+    let written = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
+    guard written == bytes.count else {
+      throw .writeFailed(path: path, reason: String(cString: strerror(errno)))
+    }
+    return true
+  }
+
+  /// One line of the file.
+  public static func line(address: String, key: BoardKey) -> String {
+    var allowed = CharacterSet.urlPathAllowed
+    allowed.remove(charactersIn: "%")
+    allowed.insert(charactersIn: "!")
+    let encoded = address.addingPercentEncoding(withAllowedCharacters: allowed) ?? address
+    return encoded + " " + key.sshText
+  }
+}
