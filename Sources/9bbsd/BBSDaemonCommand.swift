@@ -31,6 +31,16 @@ struct BBSDaemonCommand: ParsableCommand {
       key)[:20] (mount9bbs keygen prints it). Chat lines show an identity by its nickname \
       (--nickname) or its first 8 characters, read cursors follow the identity, and an attach \
       without authentication is a guest (refused with --auth required).
+
+      Against hostile clients: connections are capped (--connection-cap, \
+      --max-connections-per-address) and timed out (--handshake-timeout, --idle-timeout, \
+      --stall-timeout); each poster (a verified identity, else an address) has an allowance \
+      of posts and bytes (--post-burst, --posts-per-minute, --byte-burst, \
+      --bytes-per-second); board messages are capped (--max-board-message). One post is one \
+      line: a post of several lines is several posts, and other control characters than tab \
+      are refused. To serve a LAN, listen on it with --auth required and name the sysop \
+      (--sysop IDENTITY, or --sysop none): without them anyone who connects can post \
+      unverified, and the first to attach becomes the sysop.
       """,
     version: ProductVersion.current)
 
@@ -73,9 +83,82 @@ struct BBSDaemonCommand: ParsableCommand {
     help: ArgumentHelp(
       """
       Serve at most N clients at once; later ones wait in the listen backlog, unserved, \
-      until one disconnects (default: unlimited; device: a 5th session is refused).
+      until one disconnects (instead of --connection-cap).
       """, valueName: "N"))
   var maxConnections: Int?
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      Serve at most N clients at once and refuse (and log) the next (default: \
+      \(BBSServerConfiguration.defaultConnectionCap); device: 4; gen1: no cap).
+      """, valueName: "N"))
+  var connectionCap: Int?
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      Refuse (and log) a TCP client whose address already has N connections; 0: no cap.
+      """, valueName: "N"))
+  var maxConnectionsPerAddress = 32
+
+  @Option(
+    help: ArgumentHelp(
+      "Close a connection that has not finished Tversion and Tattach within this time.",
+      valueName: "SECONDS"))
+  var handshakeTimeout = 10.0
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      Close a connection that sent no request for this long; one waiting for chat (a parked \
+      read) is never idle.
+      """, valueName: "SECONDS"))
+  var idleTimeout = 1800.0
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      Close a connection whose request stays half-sent, or that reads no reply, for this \
+      long.
+      """, valueName: "SECONDS"))
+  var stallTimeout = 30.0
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      Largest board message a client may write; a larger write fails \
+      with "no space left on device". The device and gen1 profiles keep 1 MiB.
+      """, valueName: "BYTES"))
+  var maxBoardMessage = BoardLimits.defaultMaxMessageBytes
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      Chat lines and new board messages one poster may post at once (a verified identity; \
+      guests and unverified unames count per address).
+      """, valueName: "N"))
+  var postBurst = PostingLimits.standard.postBurst
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      Posts a minute a poster's allowance refills; beyond it posting fails with "resource \
+      temporarily unavailable" (0: no limit).
+      """, valueName: "N"))
+  var postsPerMinute = PostingLimits.standard.postsPerMinute
+
+  @Option(
+    help: ArgumentHelp(
+      "Bytes (chat text, board-message writes) one poster may write at once.",
+      valueName: "BYTES"))
+  var byteBurst = PostingLimits.standard.byteBurst
+
+  @Option(
+    help: ArgumentHelp(
+      "Bytes a second a poster's allowance refills (0: no limit).",
+      valueName: "BYTES"))
+  var bytesPerSecond = PostingLimits.standard.bytesPerSecond
 
   @Option(
     help:
@@ -94,8 +177,9 @@ struct BBSDaemonCommand: ParsableCommand {
     help: ArgumentHelp(
       """
       An identity allowed to write /etc (repeatable; needs --auth). Without any, the first \
-      user to attach is the sysop, as on a device.
-      """, valueName: "IDENTITY"))
+      user to attach is the sysop, as on a device; `--sysop none`: nobody is (set \
+      --board-name and --motd instead).
+      """, valueName: "IDENTITY|none"))
   var sysop: [String] = []
 
   @Option(
@@ -126,6 +210,31 @@ struct BBSDaemonCommand: ParsableCommand {
     if let maxConnections, maxConnections < 1 {
       throw ValidationError("--max-connections must be at least 1")
     }
+    if let connectionCap, connectionCap < 1 {
+      throw ValidationError("--connection-cap must be at least 1")
+    }
+    if maxConnections != nil && connectionCap != nil {
+      throw ValidationError("--max-connections and --connection-cap exclude each other")
+    }
+    guard maxConnectionsPerAddress >= 0 else {
+      throw ValidationError("--max-connections-per-address must be ≥ 0")
+    }
+    for (name, value) in [
+      ("--handshake-timeout", handshakeTimeout), ("--idle-timeout", idleTimeout),
+      ("--stall-timeout", stallTimeout),
+    ] where !(value > 0 && value <= 1e6) {
+      throw ValidationError("\(name) must be more than 0 seconds")
+    }
+    guard maxBoardMessage >= 1 else { throw ValidationError("--max-board-message must be ≥ 1") }
+    for (name, value) in [
+      ("--post-burst", postBurst), ("--posts-per-minute", postsPerMinute),
+      ("--byte-burst", byteBurst), ("--bytes-per-second", bytesPerSecond),
+    ] where value < 0 {
+      throw ValidationError("\(name) must be ≥ 0")
+    }
+    if sysop.contains("none") && sysop.count > 1 {
+      throw ValidationError("--sysop none names no sysop; it goes alone")
+    }
     if files == nil && filesRw { throw ValidationError("--files-rw needs --files DIR") }
     guard AuthPolicy(rawValue: auth) != nil else {
       throw ValidationError("--auth must be 'off', 'optional' or 'required'")
@@ -147,6 +256,9 @@ struct BBSDaemonCommand: ParsableCommand {
     var empty = sigset_t()
     sigemptyset(&empty)
     pthread_sigmask(SIG_SETMASK, &empty, nil)
+    // A client that vanishes mid-reply is a failed send (EPIPE) and a logged disconnect,
+    // never the end of the server: every send also says MSG_NOSIGNAL or blocks SIGPIPE.
+    signal(SIGPIPE, SIG_IGN)
 
     let level = Logger.Level(rawValue: logLevel) ?? .info
     LoggingSystem.bootstrap { label in
@@ -165,9 +277,22 @@ struct BBSDaemonCommand: ParsableCommand {
       rooms: roomList, boardName: boardName, motd: motd, filesDirectory: files,
       filesWritable: filesRw, dataDirectory: data, maxMessageSize: maxMsize, sduLimit: sdu,
       processingDelay: .milliseconds(processingDelay),
-      connectionLimit: maxConnections.map { .backlog($0) })
+      connectionLimit: maxConnections.map { .backlog($0) } ?? connectionCap.map { .refuse($0) })
     configuration.auth = AuthPolicy(rawValue: auth) ?? .off
-    configuration.sysops = Set(sysop.map { $0.lowercased() })
+    if sysop == ["none"] {
+      configuration.firstUserIsSysop = false
+    } else {
+      configuration.sysops = Set(sysop.map { $0.lowercased() })
+    }
+    configuration.maxConnectionsPerAddress =
+      maxConnectionsPerAddress == 0 ? nil : maxConnectionsPerAddress
+    configuration.handshakeTimeout = .seconds(handshakeTimeout)
+    configuration.idleTimeout = .seconds(idleTimeout)
+    configuration.stallTimeout = .seconds(stallTimeout)
+    configuration.maxBoardMessageSize = maxBoardMessage
+    configuration.postingLimits = PostingLimits(
+      postBurst: postBurst, postsPerMinute: postsPerMinute, byteBurst: byteBurst,
+      bytesPerSecond: bytesPerSecond)
     for entry in nickname {
       let parts = entry.split(separator: "=", maxSplits: 1).map(String.init)
       configuration.nicknames[parts[0].lowercased()] = parts[1]
@@ -182,6 +307,7 @@ struct BBSDaemonCommand: ParsableCommand {
       logger.critical("9bbsd: \(error)")
       throw ExitCode.failure
     }
+    warnIfExposed(bound, configuration: configuration, logger: logger)
     let advertiser = try advertise.map { name in
       try startAdvertising(name, listeners: bound, server: server, logger: logger)
     }
@@ -215,6 +341,28 @@ struct BBSDaemonCommand: ParsableCommand {
     server.stop()
     withExtendedLifetime(sources) {}
     logger.notice("9bbsd: stopped")
+  }
+
+  /// Warns when a TCP listener reaches beyond this machine while anyone may attach or the
+  /// first to attach becomes the sysop.
+  private func warnIfExposed(
+    _ bound: [String], configuration: BBSServerConfiguration, logger: Logger
+  ) {
+    let exposed = bound.filter { dial in
+      guard case .tcp(let host, _)? = try? TransportAddress(parsing: dial) else { return false }
+      return !(host.hasPrefix("127.") || host == "::1" || host == "localhost")
+    }
+    guard !exposed.isEmpty else { return }
+    if configuration.auth != .required {
+      logger.warning(
+        "9bbsd: \(exposed.joined(separator: ", ")) is reachable from the network and --auth is \(configuration.auth.rawValue): anyone there can attach and post; use --auth required"
+      )
+    }
+    if configuration.sysops.isEmpty && configuration.firstUserIsSysop {
+      logger.warning(
+        "9bbsd: no --sysop: the first user to attach over the network becomes the sysop; name one with --sysop IDENTITY or --sysop none"
+      )
+    }
   }
 
   /// Publishes the TCP listeners over mDNS; without avahi-daemon it warns and keeps serving.
