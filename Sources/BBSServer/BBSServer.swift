@@ -70,8 +70,11 @@ public final class BBSServer: Sendable {
     var running = false
     var stopped = false
     var watchdog: (any DispatchSourceTimer)?
-    /// Connections ended since memory was last given back.
+    /// Connections ended since the watchdog last looked.
     var endedSinceTrim = 0
+    /// Watchdog rounds that still give memory back: a connection's thread frees its buffers
+    /// after the connection is forgotten, so one trim right after the end comes too early.
+    var trimRoundsLeft = 0
     /// Refusals not logged yet (at most one line a second), and when the last was logged.
     var refusalsUnlogged = 0
     var lastRefusalLog: ContinuousClock.Instant?
@@ -371,11 +374,14 @@ extension BBSServer {
       logger.notice("session \(connection.id): closing: \(reason)")
       connection.close(reason: reason)
     }
-    let ended = state.withLock { state in
-      defer { state.endedSinceTrim = 0 }
-      return state.endedSinceTrim
+    let trim = state.withLock { state -> Bool in
+      if state.endedSinceTrim > 0 { state.trimRoundsLeft = 3 }
+      state.endedSinceTrim = 0
+      guard state.trimRoundsLeft > 0 else { return false }
+      state.trimRoundsLeft -= 1
+      return true
     }
-    if ended > 0 { returnFreeMemoryToTheSystem() }
+    if trim { returnFreeMemoryToTheSystem() }
   }
 
   /// Logs a refused connection, at most one line a second (a flood of connections must not

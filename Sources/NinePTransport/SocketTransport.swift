@@ -33,9 +33,19 @@ public final class SocketTransport: FileRegionSending {
   /// Whether `receive` holds the first bytes of a message whose rest has not arrived.
   private let partialMessage = Atomic(false)
 
+  /// Bytes moved so far, each way (a server tells a slow client from a stalled one by them).
+  private let bytesSent = Atomic(0)
+  private let bytesReceived = Atomic(0)
+
   /// Whether part of a message has arrived and the rest not yet (framed receiving only): a
   /// server uses it to time out a client that stops halfway through a request.
   public var isInsideMessage: Bool { partialMessage.load(ordering: .relaxed) }
+
+  /// Bytes sent and received so far. A server that times out stalled clients checks these
+  /// move, so a client on a slow link is not taken for one that stopped.
+  public var transferredBytes: (sent: Int, received: Int) {
+    (bytesSent.load(ordering: .relaxed), bytesReceived.load(ordering: .relaxed))
+  }
 
   private struct ReceiveState {
     var assembler = FrameAssembler()
@@ -242,6 +252,7 @@ public final class SocketTransport: FileRegionSending {
       }
       if count >= 0 {
         if count > capacity { throw .sduTooLarge(size: count, limit: capacity) }
+        bytesReceived.add(count, ordering: .relaxed)
         return count
       }
       let code = errno
@@ -256,7 +267,10 @@ public final class SocketTransport: FileRegionSending {
       let count = bytes.withUnsafeBytes { raw in
         Glibc.send(writeFD, raw.baseAddress, raw.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
       }
-      if count == bytes.count { return }
+      if count == bytes.count {
+        bytesSent.add(count, ordering: .relaxed)
+        return
+      }
       if count >= 0 { throw .io(operation: "packet send (short write)", errno: EMSGSIZE) }
       let code = errno
       switch code {
@@ -307,6 +321,7 @@ public final class SocketTransport: FileRegionSending {
         }
       }
       if count > 0 {
+        bytesSent.add(count, ordering: .relaxed)
         rest = rest.dropFirst(count)
         continue
       }
@@ -343,6 +358,7 @@ extension SocketTransport {
         return (count, count < 0 ? errno : 0)
       }
       if count > 0 {
+        bytesSent.add(count, ordering: .relaxed)
         rest -= count
         continue
       }

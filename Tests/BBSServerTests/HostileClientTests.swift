@@ -355,4 +355,28 @@ final class HostileClientTests: ServerTestCase {
     XCTAssertTrue(waiting.waitForClose(timeout: 3), "a half-sent request held its connection")
     XCTAssertTrue(waitUntil(timeout: 2) { self.server?.sessionCount == 0 })
   }
+
+  /// A client that pipelines reads and never takes the replies leaves the server's send
+  /// waiting: after the stall timeout without a byte going out, the connection is closed and
+  /// its thread freed.
+  func testClientThatReadsNoReplyIsClosedAfterTheStallTimeout() throws {
+    directory = try makeTemporaryDirectory("9bbs-stall")
+    try Data(repeating: 0x61, count: 4 << 20).write(to: URL(fileURLWithPath: directory + "/big"))
+    try startServer {
+      $0.filesDirectory = self.directory
+      $0.stallTimeout = .milliseconds(500)
+    }
+    let raw = try RawSocket(port: try RawSocket.port(of: address))
+    defer { raw.close() }
+    _ = try raw.rpc(.tversion(msize: (1 << 20) + 24, version: "9P2000"))
+    _ = try raw.rpc(.tattach(fid: 0, afid: NineP.noFid, uname: "sink", aname: ""))
+    _ = try raw.rpc(.twalk(fid: 0, newfid: 1, names: ["files", "big"]))
+    _ = try raw.rpc(.topen(fid: 1, mode: .read))
+    for index in 0..<64 {
+      try raw.send(.tread(fid: 1, offset: UInt64(index % 4) << 20, count: 1 << 20), tag: Tag(index))
+    }
+    XCTAssertTrue(
+      waitUntil(timeout: 5) { self.server?.sessionCount == 0 },
+      "a client that reads nothing kept its connection")
+  }
 }

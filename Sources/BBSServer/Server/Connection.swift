@@ -235,12 +235,14 @@ final class Connection: Sendable {
     } else {
       inside = (transport as? SocketTransport)?.isInsideMessage ?? false
     }
-    let seen = activity.observe(insideMessage: inside, at: now)
+    let socket = transport as? SocketTransport
+    let seen = activity.observe(
+      insideMessage: inside, transferred: socket?.transferredBytes ?? (0, 0), at: now)
     if let since = seen.sendingSince, since.duration(to: now) > configuration.stallTimeout {
-      return "the client read no reply for \(configuration.stallTimeout)"
+      return "the client took no reply bytes for \(configuration.stallTimeout)"
     }
     if let since = seen.partialSince, since.duration(to: now) > configuration.stallTimeout {
-      return "a request stayed half-sent for \(configuration.stallTimeout)"
+      return "a request stayed half-sent, no byte coming, for \(configuration.stallTimeout)"
     }
     if seen.lastRequest.duration(to: now) > configuration.idleTimeout, session.parkedCount == 0,
       !isProcessing
@@ -280,8 +282,11 @@ final class ConnectionActivity: Sendable {
     var lastRequest = ContinuousClock.now
     /// Since when part of a request has been waiting for the rest (as the watchdog saw it).
     var partialSince: ContinuousClock.Instant?
-    /// Since when a send has been in progress.
+    /// Since when a send has been in progress without a byte going out.
     var sendingSince: ContinuousClock.Instant?
+    /// The transport's byte counts when the watchdog last looked.
+    var sent = 0
+    var received = 0
   }
 
   private let state = Mutex(Seen())
@@ -297,16 +302,22 @@ final class ConnectionActivity: Sendable {
     state.withLock { $0.sendingSince = active ? .now : nil }
   }
 
-  /// Records whether a request is half received, and returns what is known. A partial
-  /// request is timed from when the watchdog first saw it; every whole request restarts the
-  /// clock (a stream of requests is not one stalled request).
-  func observe(insideMessage: Bool, at now: ContinuousClock.Instant) -> Seen {
+  /// Records whether a request is half received and how many bytes have moved, and returns
+  /// what is known. A stall is timed from when the watchdog first saw no progress: every byte
+  /// received restarts the clock of a partial request, every byte sent that of a send (a slow
+  /// link is not a stalled client).
+  func observe(
+    insideMessage: Bool, transferred: (sent: Int, received: Int), at now: ContinuousClock.Instant
+  ) -> Seen {
     state.withLock { seen in
       if !insideMessage {
         seen.partialSince = nil
-      } else if seen.partialSince == nil {
+      } else if seen.partialSince == nil || transferred.received != seen.received {
         seen.partialSince = now
       }
+      if seen.sendingSince != nil && transferred.sent != seen.sent { seen.sendingSince = now }
+      seen.sent = transferred.sent
+      seen.received = transferred.received
       return seen
     }
   }
