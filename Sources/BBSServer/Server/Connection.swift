@@ -312,7 +312,11 @@ final class ConnectionActivity: Sendable {
     state.withLock { seen in
       if !insideMessage {
         seen.partialSince = nil
-      } else if seen.partialSince == nil || transferred.received != seen.received {
+      } else if seen.partialSince == nil || transferred.received != seen.received
+        || seen.sendingSince != nil
+      {
+        // While a reply goes out the reader is not reading: the rest of a request may be
+        // waiting in the socket, and only the send can be stalled.
         seen.partialSince = now
       }
       if seen.sendingSince != nil && transferred.sent != seen.sent { seen.sendingSince = now }
