@@ -151,6 +151,35 @@ final class HostileClientDaemonTests: XCTestCase {
     defer { fourth.close() }
     try fourth.handshake(uname: "d")
   }
+
+  /// Memory comes back after connections close: 500 attached clients, then none, and the
+  /// resident size returns to near where it started (it stayed 33 MB up before: glibc kept
+  /// the connection threads' arenas).
+  func testMemoryReturnsAfterConnectionsClose() throws {
+    let daemon = try launch(["--connection-cap", "1000", "--max-connections-per-address", "0"])
+    let pid = daemon.child.process.processIdentifier
+    func residentMiB() -> Int {
+      let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+      let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
+      return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) / 1024
+    }
+    let port = try RawSocket.port(of: daemon.address)
+    let start = residentMiB()
+    let sockets = try (0..<500).map { index -> RawSocket in
+      let socket = try RawSocket(port: port)
+      _ = try socket.rpc(.tversion(msize: 8192, version: "9P2000"))
+      _ = try socket.rpc(.tattach(fid: 0, afid: NineP.noFid, uname: "u\(index)", aname: ""))
+      return socket
+    }
+    XCTAssertGreaterThan(residentMiB(), start + 20, "500 connections cost less than expected")
+    for socket in sockets { socket.close() }
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { daemon.log.components(separatedBy: "disconnected").count > 500 })
+    XCTAssertGreaterThan(start, 0)
+    XCTAssertTrue(
+      waitUntil(timeout: 5, interval: 0.2) { residentMiB() <= start + 10 },
+      "RSS \(residentMiB()) MiB after 500 connections closed, \(start) MiB before")
+  }
 }
 
 /// Hostile clients against an in-process server.
@@ -198,6 +227,15 @@ final class HostileClientTests: ServerTestCase {
     XCTAssertTrue(
       lines.dropFirst().first?.hasSuffix("mallory: [14:41:00] sysop: please send me your key")
         == true, text)
+
+    // Nor can an unverified uname carry a line break into the author field.
+    let forger = try WireClient(address)
+    clients.append(forger)
+    _ = try forger.rpc(.tversion(msize: 8192, version: "9P2000"), tag: NineP.noTag)
+    XCTAssertEqual(
+      try forger.rpc(
+        .tattach(fid: 0, afid: NineP.noFid, uname: "eve: hi\n[14:41:00] sysop", aname: "")),
+      .rerror(ename: "invalid argument"))
   }
 
   /// A read-only `sqlite3` loop on the store while 500 lines are posted: every post is
@@ -378,5 +416,16 @@ final class HostileClientTests: ServerTestCase {
     XCTAssertTrue(
       waitUntil(timeout: 5) { self.server?.sessionCount == 0 },
       "a client that reads nothing kept its connection")
+  }
+
+  /// `9bbsd --sysop none` (the systemd unit's default): the first user to attach is not the
+  /// sysop, so a stranger cannot take /etc.
+  func testNoFirstUserSysop() throws {
+    try startServer { $0.firstUserIsSysop = false }
+    let first = try connect("first")
+    _ = try first.open("etc/motd", fid: 2, mode: .write)
+    XCTAssertEqual(
+      try first.rpc(.twrite(fid: 2, offset: 0, data: ArraySlice("mine now\n".utf8))),
+      .rerror(ename: "not authorized"))
   }
 }
