@@ -34,7 +34,7 @@ struct BBSDaemonCommand: ParsableCommand {
 
       Against hostile clients: connections are capped (--connection-cap, \
       --max-connections-per-address) and timed out (--handshake-timeout, --idle-timeout, \
-      --stall-timeout); each poster (a verified identity, else an address) has an allowance \
+      --stall-timeout); each TCP poster (a verified identity, else an address) has an allowance \
       of posts and bytes (--post-burst, --posts-per-minute, --byte-burst, \
       --bytes-per-second); board messages are capped (--max-board-message). One post is one \
       line: a post of several lines is several posts, and other control characters than tab \
@@ -136,7 +136,8 @@ struct BBSDaemonCommand: ParsableCommand {
     help: ArgumentHelp(
       """
       Chat lines and new board messages one poster may post at once (a verified identity; \
-      guests and unverified unames count per address).
+      guests and unverified unames count per address; TCP clients only, local ones are not \
+      limited).
       """, valueName: "N"))
   var postBurst = PostingLimits.standard.postBurst
 

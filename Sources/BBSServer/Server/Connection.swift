@@ -70,7 +70,7 @@ final class Connection: Sendable {
     sendFrames = sendAll
     session = ServerSession(
       id: id, tree: server.tree, configuration: server.configuration, logger: server.logger,
-      wakeQueue: server.wakeQueue, limiter: server.limiter, address: host ?? "local",
+      wakeQueue: server.wakeQueue, limiter: server.limiter, address: host,
       send: { sendAll($0.map(OutgoingFrame.bytes)) })
   }
 

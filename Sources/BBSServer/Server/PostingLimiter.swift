@@ -1,7 +1,8 @@
 import Synchronization
 
 /// How much one poster may write: token buckets refilled over time, per poster (a verified
-/// identity, else the client's address). Chat posts and board-message creations spend posts;
+/// identity, else the client's address). TCP clients only: local ones (Unix sockets,
+/// seqpacket, standard input) are not limited. Chat posts and board-message creations spend posts;
 /// chat text and board-message writes spend bytes. A poster over either is refused with
 /// `resource temporarily unavailable` (EAGAIN) until the bucket refills.
 public struct PostingLimits: Sendable, Equatable {

@@ -94,7 +94,7 @@ public struct BBSServerConfiguration: Sendable {
   /// Connections from one TCP address at once; the next is refused with a log line. nil
   /// means no cap (Unix and seqpacket clients are never counted: they are local).
   public var maxConnectionsPerAddress: Int? = 32
-  /// How much one poster may post and write (see ``PostingLimits``).
+  /// How much one TCP poster may post and write (see ``PostingLimits``).
   public var postingLimits: PostingLimits = .standard
   /// Largest board message text in bytes (default profile: 64 KiB).
   public var maxBoardMessageSize: Int = BoardLimits.defaultMaxMessageBytes

@@ -50,9 +50,9 @@ final class ServerSession: Sendable {
   private let wakeQueue: DispatchQueue
   private let state: Mutex<State>
   private let limiter: PostingLimiter
-  /// Who posts when the user is no verified identity: the client's address (TCP host), or
-  /// `local` for Unix-socket and standard-input clients.
-  private let address: String
+  /// The client's TCP host: who posts when the user is no verified identity. Nil for local
+  /// clients (Unix sockets, seqpacket, standard input), whose posting is not limited.
+  private let address: String?
 
   /// Device or gen1: a board's fid, create, remove and wstat rules.
   private var device: Bool { configuration.profile.imitatesBoard }
@@ -62,10 +62,10 @@ final class ServerSession: Sendable {
   /// - Parameters:
   ///   - send: sends frames in order, atomically with respect to other sends.
   ///   - limiter: the server's posting allowance, shared by every session.
-  ///   - address: the client's address for posters without an identity.
+  ///   - address: the client's TCP host; nil for a local client.
   init(
     id: Int, tree: Tree, configuration: BBSServerConfiguration, logger: Logger,
-    wakeQueue: DispatchQueue, limiter: PostingLimiter, address: String,
+    wakeQueue: DispatchQueue, limiter: PostingLimiter, address: String?,
     send: @escaping @Sendable ([[UInt8]]) -> Void
   ) {
     self.id = id
@@ -341,8 +341,8 @@ final class ServerSession: Sendable {
     case .tcreate(let fid, let name, let perm, let mode):
       guard var entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
       guard entry.openMode == nil else { throw NinePFailure("fid already open") }
-      if case .boardRoom = entry.node {
-        try limiter.spend(poster: poster(entry.user), posts: 1, bytes: 0)
+      if case .boardRoom = entry.node, let poster = poster(entry.user) {
+        try limiter.spend(poster: poster, posts: 1, bytes: 0)
       }
       let created = try tree.create(
         in: entry.node, name: name, perm: perm, mode: mode, user: entry.user)
@@ -386,13 +386,12 @@ final class ServerSession: Sendable {
       guard mode.allowsWriting else { throw NinePFailure("fid not open for writing") }
       // Any Twrite, even one that fails, makes its uname the Gen-1 board's user.
       if gen1 { tree.noteWriter(entry.user.id) }
-      switch entry.node {
-      case .chatPost:
+      switch (entry.node, poster(entry.user)) {
+      case (.chatPost, let poster?):
         let lines = data.reduce(0) { $1 == 0x0A ? $0 + 1 : $0 }
-        try limiter.spend(
-          poster: poster(entry.user), posts: max(1, lines), bytes: data.count)
-      case .boardMessage:
-        try limiter.spend(poster: poster(entry.user), posts: 0, bytes: data.count)
+        try limiter.spend(poster: poster, posts: max(1, lines), bytes: data.count)
+      case (.boardMessage, let poster?):
+        try limiter.spend(poster: poster, posts: 0, bytes: data.count)
       default: break
       }
       let count = try tree.write(
@@ -462,8 +461,10 @@ final class ServerSession: Sendable {
   }
 
   /// Whose allowance a post spends: a verified identity's own; everyone else's (guests, and
-  /// unverified unames, which cost nothing to change) is their address's.
-  private func poster(_ user: BoardUser) -> String {
+  /// unverified unames, which cost nothing to change) is their address's. Nil for a local
+  /// client: the limits are against the network, and local users share one machine.
+  private func poster(_ user: BoardUser) -> String? {
+    guard let address else { return nil }
     if configuration.auth != .off, !user.id.isEmpty { return "id " + user.id }
     return "address " + address
   }
