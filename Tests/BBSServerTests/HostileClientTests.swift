@@ -410,11 +410,17 @@ final class HostileClientTests: ServerTestCase {
     _ = try raw.rpc(.tattach(fid: 0, afid: NineP.noFid, uname: "sink", aname: ""))
     _ = try raw.rpc(.twalk(fid: 0, newfid: 1, names: ["files", "big"]))
     _ = try raw.rpc(.topen(fid: 1, mode: .read))
+    // A parked chat read too: a post's wake-up then waits to send, holding the session.
+    _ = try raw.rpc(.twalk(fid: 0, newfid: 2, names: ["chat", "lobby"]))
+    _ = try raw.rpc(.topen(fid: 2, mode: .read))
+    try raw.send(.tread(fid: 2, offset: 0, count: 4096), tag: 999)
     for index in 0..<64 {
       try raw.send(.tread(fid: 1, offset: UInt64(index % 4) << 20, count: 1 << 20), tag: Tag(index))
     }
+    let poster = try connect("poster")
+    XCTAssertEqual(try poster.post("wake up"), .rwrite(count: 7))
     XCTAssertTrue(
-      waitUntil(timeout: 5) { self.server?.sessionCount == 0 },
+      waitUntil(timeout: 5) { self.server?.sessionCount == 1 },
       "a client that reads nothing kept its connection")
   }
 

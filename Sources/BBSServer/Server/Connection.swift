@@ -244,7 +244,7 @@ final class Connection: Sendable {
     if let since = seen.partialSince, since.duration(to: now) > configuration.stallTimeout {
       return "a request stayed half-sent, no byte coming, for \(configuration.stallTimeout)"
     }
-    if seen.lastRequest.duration(to: now) > configuration.idleTimeout, session.parkedCount == 0,
+    if seen.lastRequest.duration(to: now) > configuration.idleTimeout, !session.hasParkedRead,
       !isProcessing
     {
       return "idle for \(configuration.idleTimeout)"

@@ -85,14 +85,22 @@ final class ServerSession: Sendable {
   /// Number of parked reads (for tests and status).
   var parkedCount: Int { state.withLock { $0.parked.count } }
 
+  /// Whether the session has a parked read, without taking the session's lock (which a
+  /// wake-up holds while it sends to a client that may not be reading): for the watchdog.
+  var hasParkedRead: Bool { parkedGauge.load(ordering: .relaxed) > 0 }
+  private let parkedGauge = Atomic(0)
+  private let attachedFlag = Atomic(false)
+
   /// Whether a Tattach has succeeded on this session.
-  var isAttached: Bool { state.withLock { $0.attached } }
+  /// Lock-free, like ``hasParkedRead``.
+  var isAttached: Bool { attachedFlag.load(ordering: .relaxed) }
 
   /// Drops parked reads without replies and releases every fid; later wake-ups do nothing.
   /// Returns how many fids the client had not clunked.
   @discardableResult
   func close() -> Int {
     state.withLock { state in
+      defer { parkedGauge.store(state.parked.count, ordering: .relaxed) }
       let open = state.closed ? 0 : state.fids.count
       state.closed = true
       reset(&state)
@@ -126,6 +134,7 @@ final class ServerSession: Sendable {
   func process(_ frame: [UInt8]) -> [OutgoingFrame] {
     var fileRead: OutgoingFrame?
     let frames = state.withLock { state -> [[UInt8]] in
+      defer { parkedGauge.store(state.parked.count, ordering: .relaxed) }
       guard !state.closed else { return [] }
       let decoded: (tag: Tag, message: Message)
       do throws(ProtocolError) {
@@ -286,6 +295,7 @@ final class ServerSession: Sendable {
       tree.board.etc.register(user: user.id)
       state.fids[fid] = FidState(node: node, user: user)
       state.attached = true
+      attachedFlag.store(true, ordering: .relaxed)
       logger.debug(
         "session \(id): attach fid \(fid) uname '\(LogText.escaped(uname))' as \(LogText.escaped(user.description)) aname '\(LogText.escaped(aname))'"
       )
@@ -545,6 +555,7 @@ final class ServerSession: Sendable {
   /// another reader with the same name took the lines.
   private func wake(tag: Tag, generation: UInt64) {
     state.withLock { state in
+      defer { parkedGauge.store(state.parked.count, ordering: .relaxed) }
       guard !state.closed, let parked = state.parked[tag], parked.generation == generation else {
         return
       }
