@@ -24,6 +24,12 @@
 // - `ConnectionLimit.backlog(n)`: the accept loop stops calling accept(2) while n clients are
 //   connected, so later clients sit in the kernel's listen backlog (9p4z's TCP transport).
 // - Posting threads never block on a slow client: wake-ups run on `wakeQueue`.
+// - Against hostile clients (issue 21): the connection cap (`ConnectionLimit.refuse`, 256 by
+//   default) and the per-address cap bound the threads; the watchdog (a timer on
+//   `watchdogQueue`) closes connections past the handshake, idle or stall timeout (see
+//   `Connection.overdue`) and gives freed memory back; `PostingLimiter` holds each TCP
+//   poster's allowance of posts and bytes. Thread per connection stays: bounded by the caps
+//   and ended by the timeouts, it needs no event loop.
 
 import BBSIdentity
 import Dispatch
