@@ -353,6 +353,14 @@ final class HostileClientTests: ServerTestCase {
       }
     }
     XCTAssertLessThan(posted, 80, "\(posted) of 200 chat posts accepted")
+    // A board room is a post too.
+    _ = try flooder.rpc(.twalk(fid: 0, newfid: 8, names: []))
+    XCTAssertEqual(
+      try flooder.rpc(
+        .tcreate(
+          fid: 8, name: "spamroom", perm: FileMode(permissions: 0o755, .directory),
+          mode: .read)),
+      .rerror(ename: "resource temporarily unavailable"))
   }
 
   /// Timeouts: a connection that never sends, or stops after Tversion, is closed after the

@@ -351,8 +351,11 @@ final class ServerSession: Sendable {
     case .tcreate(let fid, let name, let perm, let mode):
       guard var entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
       guard entry.openMode == nil else { throw NinePFailure("fid already open") }
-      if case .boardRoom = entry.node, let poster = poster(entry.user) {
+      // A new board message, or a new board room at the root, is a post.
+      switch (entry.node, poster(entry.user)) {
+      case (.boardRoom, let poster?), (.root, let poster?):
         try limiter.spend(poster: poster, posts: 1, bytes: 0)
+      default: break
       }
       let created = try tree.create(
         in: entry.node, name: name, perm: perm, mode: mode, user: entry.user)
