@@ -104,6 +104,12 @@ struct BBSDaemonCommand: ParsableCommand {
 
   @Option(
     help: ArgumentHelp(
+      "Files of /files one client may hold open at once (each is a descriptor).",
+      valueName: "N"))
+  var maxOpenFiles = 64
+
+  @Option(
+    help: ArgumentHelp(
       "Close a connection that has not finished Tversion and Tattach within this time.",
       valueName: "SECONDS"))
   var handshakeTimeout = 10.0
@@ -227,6 +233,7 @@ struct BBSDaemonCommand: ParsableCommand {
       throw ValidationError("\(name) must be more than 0 seconds")
     }
     guard maxBoardMessage >= 1 else { throw ValidationError("--max-board-message must be ≥ 1") }
+    guard maxOpenFiles >= 1 else { throw ValidationError("--max-open-files must be ≥ 1") }
     for (name, value) in [
       ("--post-burst", postBurst), ("--posts-per-minute", postsPerMinute),
       ("--byte-burst", byteBurst), ("--bytes-per-second", bytesPerSecond),
@@ -263,6 +270,7 @@ struct BBSDaemonCommand: ParsableCommand {
     // A client that vanishes mid-reply is a failed send (EPIPE) and a logged disconnect,
     // never the end of the server: every send also says MSG_NOSIGNAL or blocks SIGPIPE.
     signal(SIGPIPE, SIG_IGN)
+    raiseDescriptorLimit()
 
     let level = Logger.Level(rawValue: logLevel) ?? .info
     LoggingSystem.bootstrap { label in
@@ -294,6 +302,7 @@ struct BBSDaemonCommand: ParsableCommand {
     configuration.idleTimeout = .seconds(idleTimeout)
     configuration.stallTimeout = .seconds(stallTimeout)
     configuration.maxBoardMessageSize = maxBoardMessage
+    configuration.maxOpenFilesPerSession = maxOpenFiles
     configuration.postingLimits = PostingLimits(
       postBurst: postBurst, postsPerMinute: postsPerMinute, byteBurst: byteBurst,
       bytesPerSecond: bytesPerSecond)
@@ -345,6 +354,17 @@ struct BBSDaemonCommand: ParsableCommand {
     server.stop()
     withExtendedLifetime(sources) {}
     logger.notice("9bbsd: stopped")
+  }
+
+  /// Raises the soft limit on open descriptors to the hard one (systemd gives services 1024
+  /// soft, 524288 hard): with 256 connections each holding up to 64 files of /files, 1024
+  /// would run out first.
+  private func raiseDescriptorLimit() {
+    var limit = rlimit()
+    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max
+    else { return }
+    limit.rlim_cur = limit.rlim_max
+    _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
   }
 
   /// Warns when a TCP listener reaches beyond this machine while anyone may attach or the

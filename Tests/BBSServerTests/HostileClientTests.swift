@@ -442,4 +442,27 @@ final class HostileClientTests: ServerTestCase {
       try first.rpc(.twrite(fid: 2, offset: 0, data: ArraySlice("mine now\n".utf8))),
       .rerror(ename: "not authorized"))
   }
+
+  /// Each open file of /files is a descriptor: a session may hold a few, not thousands (one
+  /// client could otherwise take every descriptor of the server).
+  func testOpenFilesPerSessionAreCapped() throws {
+    directory = try makeTemporaryDirectory("9bbs-fds")
+    try Data("x".utf8).write(to: URL(fileURLWithPath: directory + "/f"))
+    try startServer {
+      $0.filesDirectory = self.directory
+      $0.maxOpenFilesPerSession = 4
+    }
+    let client = try connect("opener")
+    for fid in Fid(1)...4 {
+      guard case .ropen = try client.open("files/f", fid: fid) else {
+        return XCTFail("open \(fid) refused")
+      }
+    }
+    XCTAssertEqual(
+      try client.open("files/f", fid: 5), .rerror(ename: "resource temporarily unavailable"))
+    _ = try client.rpc(.tclunk(fid: 1))
+    guard case .ropen = try client.rpc(.topen(fid: 5, mode: .read)) else {
+      return XCTFail("an open after a clunk was refused")
+    }
+  }
 }

@@ -339,6 +339,7 @@ final class ServerSession: Sendable {
       guard entry.openMode == nil else { throw NinePFailure("fid already open") }
       if case .files(let path) = entry.node, let files = tree.files {
         if !(try files.info(path)).isDirectory {
+          try checkOpenFiles(state)
           entry.fd = try files.open(path, mode: mode)
         } else if mode.allowsWriting {
           throw NinePFailure(errno: EISDIR, operation: "open")
@@ -351,6 +352,7 @@ final class ServerSession: Sendable {
     case .tcreate(let fid, let name, let perm, let mode):
       guard var entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
       guard entry.openMode == nil else { throw NinePFailure("fid already open") }
+      if case .files = entry.node, !perm.isDirectory { try checkOpenFiles(state) }
       // A new board message, or a new board room at the root, is a post.
       switch (entry.node, poster(entry.user)) {
       case (.boardRoom, let poster?), (.root, let poster?):
@@ -471,6 +473,18 @@ final class ServerSession: Sendable {
       throw NinePFailure("authentication required")
     }
     return .guest
+  }
+
+  /// Refuses to open one more file of the files area when the session holds
+  /// ``BBSServerConfiguration/maxOpenFilesPerSession`` already: each holds a descriptor, and
+  /// a client opening thousands would take the server's last one (accept(2) then fails).
+  private func checkOpenFiles(_ state: State) throws(NinePFailure) {
+    let open = state.fids.values.lazy.filter { $0.fd != nil }.count
+    guard open < configuration.maxOpenFilesPerSession else {
+      logger.notice(
+        "session \(id): \(open) files open, the most a session may hold; refusing another")
+      throw NinePFailure("resource temporarily unavailable")
+    }
   }
 
   /// Whose allowance a post spends: a verified identity's own; everyone else's (guests, and
