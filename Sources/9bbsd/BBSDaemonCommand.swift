@@ -106,7 +106,7 @@ struct BBSDaemonCommand: ParsableCommand {
     help: ArgumentHelp(
       "Files of /files one client may hold open at once (each is a descriptor).",
       valueName: "N"))
-  var maxOpenFiles = 64
+  var maxOpenFiles = 256
 
   @Option(
     help: ArgumentHelp(
@@ -357,8 +357,7 @@ struct BBSDaemonCommand: ParsableCommand {
   }
 
   /// Raises the soft limit on open descriptors to the hard one (systemd gives services 1024
-  /// soft, 524288 hard): with 256 connections each holding up to 64 files of /files, 1024
-  /// would run out first.
+  /// soft, 524288 hard): 256 connections holding files of /files would run out of 1024.
   private func raiseDescriptorLimit() {
     var limit = rlimit()
     guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max

@@ -97,7 +97,7 @@ public struct BBSServerConfiguration: Sendable {
   /// How much one TCP poster may post and write (see ``PostingLimits``).
   public var postingLimits: PostingLimits = .standard
   /// Files of the files area one session may hold open at once (each is a descriptor).
-  public var maxOpenFilesPerSession = 64
+  public var maxOpenFilesPerSession = 256
   /// Largest board message text in bytes (default profile: 64 KiB).
   public var maxBoardMessageSize: Int = BoardLimits.defaultMaxMessageBytes
 
