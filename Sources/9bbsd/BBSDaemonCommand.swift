@@ -35,6 +35,16 @@ struct BBSDaemonCommand: ParsableCommand {
       its own Ed25519 key (--board-key) to every client that authenticates, and accepts only \
       signatures that name that key (docs/authentication.md); --auth-sign raw imitates a \
       deployed board instead: no board key, signatures over the raw challenge.
+
+      Against hostile clients: connections are capped (--connection-cap, \
+      --max-connections-per-address) and timed out (--handshake-timeout, --idle-timeout, \
+      --stall-timeout); each TCP poster (a verified identity, else an address) has an allowance \
+      of posts and bytes (--post-burst, --posts-per-minute, --byte-burst, \
+      --bytes-per-second); board messages are capped (--max-board-message). One post is one \
+      line: a post of several lines is several posts, and other control characters than tab \
+      are refused. To serve a LAN, listen on it with --auth required and name the sysop \
+      (--sysop IDENTITY, or --sysop none): without them anyone who connects can post \
+      unverified, and the first to attach becomes the sysop.
       """,
     version: ProductVersion.current)
 
@@ -77,9 +87,89 @@ struct BBSDaemonCommand: ParsableCommand {
     help: ArgumentHelp(
       """
       Serve at most N clients at once; later ones wait in the listen backlog, unserved, \
-      until one disconnects (default: unlimited; device: a 5th session is refused).
+      until one disconnects (instead of --connection-cap).
       """, valueName: "N"))
   var maxConnections: Int?
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      Serve at most N clients at once and refuse (and log) the next (default: \
+      \(BBSServerConfiguration.defaultConnectionCap); device: 4; gen1: no cap).
+      """, valueName: "N"))
+  var connectionCap: Int?
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      Refuse (and log) a TCP client whose address already has N connections; 0: no cap.
+      """, valueName: "N"))
+  var maxConnectionsPerAddress = 32
+
+  @Option(
+    help: ArgumentHelp(
+      "Files of /files one client may hold open at once (each is a descriptor).",
+      valueName: "N"))
+  var maxOpenFiles = 256
+
+  @Option(
+    help: ArgumentHelp(
+      "Close a connection that has not finished Tversion and Tattach within this time.",
+      valueName: "SECONDS"))
+  var handshakeTimeout = 10.0
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      Close a connection that sent no request for this long; one waiting for chat (a parked \
+      read) is never idle.
+      """, valueName: "SECONDS"))
+  var idleTimeout = 1800.0
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      Close a connection whose request stays half-sent, or that reads no reply, for this \
+      long.
+      """, valueName: "SECONDS"))
+  var stallTimeout = 30.0
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      Largest board message a client may write; a larger write fails \
+      with "no space left on device". The device and gen1 profiles keep 1 MiB.
+      """, valueName: "BYTES"))
+  var maxBoardMessage = BoardLimits.defaultMaxMessageBytes
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      Chat lines and new board messages one poster may post at once (a verified identity; \
+      guests and unverified unames count per address; TCP clients only, local ones are not \
+      limited).
+      """, valueName: "N"))
+  var postBurst = PostingLimits.standard.postBurst
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      Posts a minute a poster's allowance refills; beyond it posting fails with "resource \
+      temporarily unavailable" (0: no limit).
+      """, valueName: "N"))
+  var postsPerMinute = PostingLimits.standard.postsPerMinute
+
+  @Option(
+    help: ArgumentHelp(
+      "Bytes (chat text, board-message writes) one poster may write at once.",
+      valueName: "BYTES"))
+  var byteBurst = PostingLimits.standard.byteBurst
+
+  @Option(
+    help: ArgumentHelp(
+      "Bytes a second a poster's allowance refills (0: no limit).",
+      valueName: "BYTES"))
+  var bytesPerSecond = PostingLimits.standard.bytesPerSecond
 
   @Option(
     help:
@@ -117,8 +207,9 @@ struct BBSDaemonCommand: ParsableCommand {
     help: ArgumentHelp(
       """
       An identity allowed to write /etc (repeatable; needs --auth). Without any, the first \
-      user to attach is the sysop, as on a device.
-      """, valueName: "IDENTITY"))
+      user to attach is the sysop, as on a device; `--sysop none`: nobody is (set \
+      --board-name and --motd instead).
+      """, valueName: "IDENTITY|none"))
   var sysop: [String] = []
 
   @Option(
@@ -149,6 +240,32 @@ struct BBSDaemonCommand: ParsableCommand {
     if let maxConnections, maxConnections < 1 {
       throw ValidationError("--max-connections must be at least 1")
     }
+    if let connectionCap, connectionCap < 1 {
+      throw ValidationError("--connection-cap must be at least 1")
+    }
+    if maxConnections != nil && connectionCap != nil {
+      throw ValidationError("--max-connections and --connection-cap exclude each other")
+    }
+    guard maxConnectionsPerAddress >= 0 else {
+      throw ValidationError("--max-connections-per-address must be ≥ 0")
+    }
+    for (name, value) in [
+      ("--handshake-timeout", handshakeTimeout), ("--idle-timeout", idleTimeout),
+      ("--stall-timeout", stallTimeout),
+    ] where !(value > 0 && value <= 1e6) {
+      throw ValidationError("\(name) must be more than 0 seconds")
+    }
+    guard maxBoardMessage >= 1 else { throw ValidationError("--max-board-message must be ≥ 1") }
+    guard maxOpenFiles >= 1 else { throw ValidationError("--max-open-files must be ≥ 1") }
+    for (name, value) in [
+      ("--post-burst", postBurst), ("--posts-per-minute", postsPerMinute),
+      ("--byte-burst", byteBurst), ("--bytes-per-second", bytesPerSecond),
+    ] where value < 0 {
+      throw ValidationError("\(name) must be ≥ 0")
+    }
+    if sysop.contains("none") && sysop.count > 1 {
+      throw ValidationError("--sysop none names no sysop; it goes alone")
+    }
     if files == nil && filesRw { throw ValidationError("--files-rw needs --files DIR") }
     guard AuthPolicy(rawValue: auth) != nil else {
       throw ValidationError("--auth must be 'off', 'optional' or 'required'")
@@ -172,10 +289,17 @@ struct BBSDaemonCommand: ParsableCommand {
 
   func run() throws {
     keepLargeBuffersOnTheHeap()
+    // A thread per connection: without one arena, memory of ended connections stays in their
+    // threads' arenas (measured in MemoryTuning.swift).
+    limitMallocArenas(to: 1)
     // Threads inherit the signal mask; start from an empty one so SIGINT/SIGTERM arrive.
     var empty = sigset_t()
     sigemptyset(&empty)
     pthread_sigmask(SIG_SETMASK, &empty, nil)
+    // A client that vanishes mid-reply is a failed send (EPIPE) and a logged disconnect,
+    // never the end of the server: every send also says MSG_NOSIGNAL or blocks SIGPIPE.
+    signal(SIGPIPE, SIG_IGN)
+    raiseDescriptorLimit()
 
     let level = Logger.Level(rawValue: logLevel) ?? .info
     LoggingSystem.bootstrap { label in
@@ -194,7 +318,7 @@ struct BBSDaemonCommand: ParsableCommand {
       rooms: roomList, boardName: boardName, motd: motd, filesDirectory: files,
       filesWritable: filesRw, dataDirectory: data, maxMessageSize: maxMsize, sduLimit: sdu,
       processingDelay: .milliseconds(processingDelay),
-      connectionLimit: maxConnections.map { .backlog($0) })
+      connectionLimit: maxConnections.map { .backlog($0) } ?? connectionCap.map { .refuse($0) })
     configuration.auth = AuthPolicy(rawValue: auth) ?? .off
     configuration.authSign = ChallengeResponse.Form(rawValue: authSign) ?? .bound
     if configuration.auth != .off {
@@ -205,7 +329,21 @@ struct BBSDaemonCommand: ParsableCommand {
         throw ExitCode.failure
       }
     }
-    configuration.sysops = Set(sysop.map { $0.lowercased() })
+    if sysop == ["none"] {
+      configuration.firstUserIsSysop = false
+    } else {
+      configuration.sysops = Set(sysop.map { $0.lowercased() })
+    }
+    configuration.maxConnectionsPerAddress =
+      maxConnectionsPerAddress == 0 ? nil : maxConnectionsPerAddress
+    configuration.handshakeTimeout = .seconds(handshakeTimeout)
+    configuration.idleTimeout = .seconds(idleTimeout)
+    configuration.stallTimeout = .seconds(stallTimeout)
+    configuration.maxBoardMessageSize = maxBoardMessage
+    configuration.maxOpenFilesPerSession = maxOpenFiles
+    configuration.postingLimits = PostingLimits(
+      postBurst: postBurst, postsPerMinute: postsPerMinute, byteBurst: byteBurst,
+      bytesPerSecond: bytesPerSecond)
     for entry in nickname {
       let parts = entry.split(separator: "=", maxSplits: 1).map(String.init)
       configuration.nicknames[parts[0].lowercased()] = parts[1]
@@ -220,6 +358,7 @@ struct BBSDaemonCommand: ParsableCommand {
       logger.critical("9bbsd: \(error)")
       throw ExitCode.failure
     }
+    warnIfExposed(bound, configuration: configuration, logger: logger)
     let advertiser = try advertise.map { name in
       try startAdvertising(
         name, listeners: bound, boardKey: configuration.boardKey.flatMap(BoardKey.init(of:)),
@@ -276,6 +415,38 @@ struct BBSDaemonCommand: ParsableCommand {
       logger.notice("9bbsd: board key \(fingerprint)")
     }
     return key
+  }
+
+  /// Raises the soft limit on open descriptors to the hard one (systemd gives services 1024
+  /// soft, 524288 hard): 256 connections holding files of /files would run out of 1024.
+  private func raiseDescriptorLimit() {
+    var limit = rlimit()
+    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max
+    else { return }
+    limit.rlim_cur = limit.rlim_max
+    _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+  }
+
+  /// Warns when a TCP listener reaches beyond this machine while anyone may attach or the
+  /// first to attach becomes the sysop.
+  private func warnIfExposed(
+    _ bound: [String], configuration: BBSServerConfiguration, logger: Logger
+  ) {
+    let exposed = bound.filter { dial in
+      guard case .tcp(let host, _)? = try? TransportAddress(parsing: dial) else { return false }
+      return !(host.hasPrefix("127.") || host == "::1" || host == "localhost")
+    }
+    guard !exposed.isEmpty else { return }
+    if configuration.auth != .required {
+      logger.warning(
+        "9bbsd: \(exposed.joined(separator: ", ")) is reachable from the network and --auth is \(configuration.auth.rawValue): anyone there can attach and post; use --auth required"
+      )
+    }
+    if configuration.sysops.isEmpty && configuration.firstUserIsSysop {
+      logger.warning(
+        "9bbsd: no --sysop: the first user to attach over the network becomes the sysop; name one with --sysop IDENTITY or --sysop none"
+      )
+    }
   }
 
   /// Publishes the TCP listeners over mDNS; without avahi-daemon it warns and keeps serving.

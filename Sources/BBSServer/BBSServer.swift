@@ -24,6 +24,12 @@
 // - `ConnectionLimit.backlog(n)`: the accept loop stops calling accept(2) while n clients are
 //   connected, so later clients sit in the kernel's listen backlog (9p4z's TCP transport).
 // - Posting threads never block on a slow client: wake-ups run on `wakeQueue`.
+// - Against hostile clients (issue 21): the connection cap (`ConnectionLimit.refuse`, 256 by
+//   default) and the per-address cap bound the threads; the watchdog (a timer on
+//   `watchdogQueue`) closes connections past the handshake, idle or stall timeout (see
+//   `Connection.overdue`) and gives freed memory back; `PostingLimiter` holds each TCP
+//   poster's allowance of posts and bytes. Thread per connection stays: bounded by the caps
+//   and ended by the timeouts, it needs no event loop.
 
 import BBSIdentity
 import Dispatch
@@ -50,6 +56,9 @@ public final class BBSServer: Sendable {
   let tree: Tree
   let logger: Logger
   let worker = DispatchQueue(label: "9bbs.proc")
+  /// Posting allowances, per poster across all sessions.
+  let limiter: PostingLimiter
+  private let watchdogQueue = DispatchQueue(label: "9bbs.watchdog")
   let wakeQueue = DispatchQueue(label: "9bbs.wake", attributes: .concurrent)
   private let state = Mutex(RunState())
   private let threads = DispatchGroup()
@@ -66,6 +75,15 @@ public final class BBSServer: Sendable {
     var nextID = 1
     var running = false
     var stopped = false
+    var watchdog: (any DispatchSourceTimer)?
+    /// Connections ended since the watchdog last looked.
+    var endedSinceTrim = 0
+    /// Watchdog rounds that still give memory back: a connection's thread frees its buffers
+    /// after the connection is forgotten, so one trim right after the end comes too early.
+    var trimRoundsLeft = 0
+    /// Refusals not logged yet (at most one line a second), and when the last was logged.
+    var refusalsUnlogged = 0
+    var lastRefusalLog: ContinuousClock.Instant?
   }
 
   /// Builds the server: opens the store (`dataDirectory`) and the files area, loads the board.
@@ -76,6 +94,7 @@ public final class BBSServer: Sendable {
   ) throws(ServerError) {
     self.configuration = configuration
     self.logger = logger
+    limiter = PostingLimiter(limits: configuration.postingLimits)
     switch configuration.connectionLimit {
     case .backlog(let limit), .refuse(let limit):
       guard limit >= 1 else {
@@ -102,14 +121,24 @@ public final class BBSServer: Sendable {
       throw ServerError.badConfiguration("at least one chat room is needed")
     }
     try Self.checkAuthentication(configuration)
+    if let perAddress = configuration.maxConnectionsPerAddress, perAddress < 1 {
+      throw ServerError.badConfiguration("the per-address connection limit must be at least 1")
+    }
+    guard configuration.maxBoardMessageSize >= 1 else {
+      throw ServerError.badConfiguration("the board message size limit must be at least 1")
+    }
+    var limits = BoardLimits.forProfile(configuration.profile)
+    if configuration.profile == .standard {
+      limits.maxMessageBytes = configuration.maxBoardMessageSize
+    }
     var defaults: [EtcField: String] = [:]
     defaults[.boardname] = configuration.boardName
     defaults[.motd] = configuration.motd
     do {
       board = try Board(
         configuration: BoardConfiguration(
-          chatRooms: configuration.rooms, limits: .forProfile(configuration.profile),
-          etcDefaults: defaults, sysops: configuration.sysops),
+          chatRooms: configuration.rooms, limits: limits, etcDefaults: defaults,
+          sysops: configuration.sysops, firstUserIsSysop: configuration.firstUserIsSysop),
         store: store, clock: clock, logger: logger)
     } catch {
       throw ServerError.storeFailed("\(error)")
@@ -164,6 +193,7 @@ public final class BBSServer: Sendable {
       $0.bound += bound
       $0.running = true
     }
+    startWatchdog()
     for listener in opened {
       let auth = configuration.auth == .off ? "" : ", auth \(configuration.auth.rawValue)"
       logger.notice(
@@ -193,6 +223,7 @@ public final class BBSServer: Sendable {
   /// Serves one already-connected transport (e.g. stdin/stdout for `9bbsd --stdio`) on its own
   /// reader thread, like an accepted connection.
   public func serve(_ transport: any MessageTransport) {
+    startWatchdog()
     guard let connection = admit(transport, slotted: false) else { return }
     spawn(name: "9bbs.conn") { connection.run() }
   }
@@ -203,6 +234,8 @@ public final class BBSServer: Sendable {
     let (listeners, connections) = state.withLock { state in
       state.running = false
       state.stopped = true
+      state.watchdog?.cancel()
+      state.watchdog = nil
       let result = (state.listeners, Array(state.connections.values))
       state.listeners.removeAll()
       return result
@@ -259,7 +292,12 @@ public final class BBSServer: Sendable {
         transport.close()
         return
       }
-      guard let connection = admit(transport, slotted: slots != nil) else { return }
+      // A refused client is closed; the loop goes on unless the server is stopping (a
+      // refusal once ended the loop, and with it 9bbsd).
+      guard let connection = admit(transport, slotted: slots != nil) else {
+        if state.withLock({ $0.stopped }) { return }
+        continue
+      }
       spawn(name: "9bbs.conn") { connection.run() }
     }
   }
@@ -275,6 +313,13 @@ public final class BBSServer: Sendable {
         refusal = "all \(max) sessions in use"
         return nil
       }
+      if let perAddress = configuration.maxConnectionsPerAddress,
+        case .tcp(let host, _) = transport.address,
+        state.connections.values.lazy.filter({ $0.host == host }).count >= perAddress
+      {
+        refusal = "\(host) already has \(perAddress) connections"
+        return nil
+      }
       let id = state.nextID
       state.nextID += 1
       let connection = Connection(id: id, transport: transport, server: self)
@@ -283,7 +328,7 @@ public final class BBSServer: Sendable {
       return connection
     }
     if admitted == nil {
-      logger.warning("9bbsd: refusing a connection on \(transport.address): \(refusal)")
+      logRefusal("9bbsd: refusing a connection from \(transport.address): \(refusal)")
       transport.close()
       if slotted { slots?.release() }
     }
@@ -295,9 +340,78 @@ public final class BBSServer: Sendable {
     let slotted = state.withLock { state in
       state.connections.removeValue(forKey: id)
       state.fidsLeftOpen += fidsLeftOpen
+      state.endedSinceTrim += 1
       return state.slotted.remove(id) != nil
     }
     if slotted { slots?.release() }
+  }
+}
+
+// MARK: Watchdog
+
+extension BBSServer {
+  /// How often the watchdog looks: a quarter of the shortest timeout, between 50 ms and 1 s.
+  private var watchdogInterval: Duration {
+    let shortest = min(
+      configuration.handshakeTimeout, configuration.idleTimeout, configuration.stallTimeout)
+    return min(max(shortest / 4, .milliseconds(50)), .seconds(1))
+  }
+
+  /// Starts the timer that closes connections past a timeout and gives memory back after
+  /// connections end. Once.
+  fileprivate func startWatchdog() {
+    state.withLock { state in
+      guard state.watchdog == nil, !state.stopped else { return }
+      let timer = DispatchSource.makeTimerSource(queue: watchdogQueue)
+      let interval = watchdogInterval
+      timer.schedule(
+        deadline: .now() + interval.timeInterval, repeating: interval.timeInterval,
+        leeway: .milliseconds(10))
+      timer.setEventHandler { [weak self] in self?.watch() }
+      timer.resume()
+      state.watchdog = timer
+    }
+  }
+
+  /// One round: closes overdue connections, then trims the heap if connections ended since
+  /// the last round (a thread's buffers are freed when its connection ends, and glibc keeps
+  /// freed memory unless asked; 2000 connections left 162 MB behind).
+  private func watch() {
+    let now = ContinuousClock.now
+    let connections = state.withLock { Array($0.connections.values) }
+    for connection in connections {
+      guard let reason = connection.overdue(at: now) else { continue }
+      logger.notice("session \(connection.id): closing: \(reason)")
+      connection.close(reason: reason)
+    }
+    let trim = state.withLock { state -> Bool in
+      if state.endedSinceTrim > 0 { state.trimRoundsLeft = 3 }
+      state.endedSinceTrim = 0
+      guard state.trimRoundsLeft > 0 else { return false }
+      state.trimRoundsLeft -= 1
+      return true
+    }
+    if trim { returnFreeMemoryToTheSystem() }
+  }
+
+  /// Logs a refused connection, at most one line a second (a flood of connections must not
+  /// become a flood of log lines); the next line counts those not logged.
+  fileprivate func logRefusal(_ line: String) {
+    let now = ContinuousClock.now
+    let skipped = state.withLock { state -> Int? in
+      if let last = state.lastRefusalLog, last.duration(to: now) < .seconds(1) {
+        state.refusalsUnlogged += 1
+        return nil
+      }
+      defer {
+        state.refusalsUnlogged = 0
+        state.lastRefusalLog = now
+      }
+      return state.refusalsUnlogged
+    }
+    guard let skipped else { return }
+    logger.warning(
+      "\(line)\(skipped > 0 ? " (and \(skipped) more refused in the last second)" : "")")
   }
 }
 

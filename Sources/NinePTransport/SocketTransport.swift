@@ -30,6 +30,22 @@ public final class SocketTransport: FileRegionSending {
   let spliceOverflowed = Atomic(false)
   /// For tests: the size of the pipes replies are spliced into (0: what each reply needs).
   let splicePipeSize = Atomic(0)
+  /// Whether `receive` holds the first bytes of a message whose rest has not arrived.
+  private let partialMessage = Atomic(false)
+
+  /// Bytes moved so far, each way (a server tells a slow client from a stalled one by them).
+  private let bytesSent = Atomic(0)
+  private let bytesReceived = Atomic(0)
+
+  /// Whether part of a message has arrived and the rest not yet (framed receiving only): a
+  /// server uses it to time out a client that stops halfway through a request.
+  public var isInsideMessage: Bool { partialMessage.load(ordering: .relaxed) }
+
+  /// Bytes sent and received so far. A server that times out stalled clients checks these
+  /// move, so a client on a slow link is not taken for one that stopped.
+  public var transferredBytes: (sent: Int, received: Int) {
+    (bytesSent.load(ordering: .relaxed), bytesReceived.load(ordering: .relaxed))
+  }
 
   private struct ReceiveState {
     var assembler = FrameAssembler()
@@ -143,11 +159,18 @@ public final class SocketTransport: FileRegionSending {
             Int(size) - state.assembler.bufferedByteCount >= Self.directReadThreshold
           {
             // A large message: the rest goes straight into its own storage.
-            return try state.assembler.nextMessage(limit: limit) { (rest) throws(TransportError) in
-              try readOnce(into: rest)
-            }.map { .frame($0) }
+            partialMessage.store(true, ordering: .relaxed)
+            let message = try state.assembler.nextMessage(limit: limit) {
+              (rest) throws(TransportError) in try readOnce(into: rest)
+            }
+            partialMessage.store(state.assembler.bufferedByteCount > 0, ordering: .relaxed)
+            return message.map { .frame($0) }
           }
-          if let message = try state.assembler.nextMessage(limit: limit) { return .frame(message) }
+          if let message = try state.assembler.nextMessage(limit: limit) {
+            partialMessage.store(state.assembler.bufferedByteCount > 0, ordering: .relaxed)
+            return .frame(message)
+          }
+          partialMessage.store(state.assembler.bufferedByteCount > 0, ordering: .relaxed)
           let count = try readOnce(into: &state.scratch)
           if count == 0 {
             let buffered = state.assembler.bufferedByteCount
@@ -229,6 +252,7 @@ public final class SocketTransport: FileRegionSending {
       }
       if count >= 0 {
         if count > capacity { throw .sduTooLarge(size: count, limit: capacity) }
+        bytesReceived.add(count, ordering: .relaxed)
         return count
       }
       let code = errno
@@ -243,7 +267,10 @@ public final class SocketTransport: FileRegionSending {
       let count = bytes.withUnsafeBytes { raw in
         Glibc.send(writeFD, raw.baseAddress, raw.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
       }
-      if count == bytes.count { return }
+      if count == bytes.count {
+        bytesSent.add(count, ordering: .relaxed)
+        return
+      }
       if count >= 0 { throw .io(operation: "packet send (short write)", errno: EMSGSIZE) }
       let code = errno
       switch code {
@@ -288,9 +315,13 @@ public final class SocketTransport: FileRegionSending {
             writeFD, raw.baseAddress, raw.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT) | flags)
           return (count, count < 0 ? errno : 0)
         }
-        return writeWithoutSIGPIPE(writeFD, raw.baseAddress, min(raw.count, Int(PIPE_BUF)))
+        return withoutSIGPIPE {
+          let count = Glibc.write(writeFD, raw.baseAddress, min(raw.count, Int(PIPE_BUF)))
+          return (count, count < 0 ? errno : 0)
+        }
       }
       if count > 0 {
+        bytesSent.add(count, ordering: .relaxed)
         rest = rest.dropFirst(count)
         continue
       }
@@ -321,13 +352,17 @@ extension SocketTransport {
     var offset = off_t(file.offset)
     var rest = file.count
     while rest > 0 {
-      let count = sendfile(writeFD, file.descriptor, &offset, rest)
+      // sendfile(2) has no MSG_NOSIGNAL: a peer that reset the connection would raise SIGPIPE.
+      let (count, code) = withoutSIGPIPE {
+        let count = sendfile(writeFD, file.descriptor, &offset, rest)
+        return (count, count < 0 ? errno : 0)
+      }
       if count > 0 {
+        bytesSent.add(count, ordering: .relaxed)
         rest -= count
         continue
       }
       if count == 0 { break }
-      let code = errno
       if code == EINVAL || code == ENOSYS || code == EOPNOTSUPP {
         // A file sendfile cannot read from: send the rest through memory.
         let tail = FileRegion(descriptor: file.descriptor, offset: Int64(offset), count: rest)
@@ -339,11 +374,11 @@ extension SocketTransport {
   }
 }
 
-/// write(2) with SIGPIPE blocked on this thread, so a vanished pipe reader gives EPIPE instead of
-/// killing the process (send() has MSG_NOSIGNAL; pipes have no equivalent).
-private func writeWithoutSIGPIPE(_ fd: Int32, _ bytes: UnsafeRawPointer?, _ count: Int) -> (
-  Int, Int32
-) {
+/// Runs `body` (one write(2) or sendfile(2), returning its count and errno) with SIGPIPE
+/// blocked on this thread, so a vanished reader gives EPIPE instead of killing the process;
+/// the SIGPIPE the call raised is consumed. The equivalent of MSG_NOSIGNAL for calls that have
+/// no flags.
+func withoutSIGPIPE(_ body: () -> (Int, Int32)) -> (Int, Int32) {
   var pipeSet = sigset_t()
   sigemptyset(&pipeSet)
   sigaddset(&pipeSet, SIGPIPE)
@@ -352,8 +387,7 @@ private func writeWithoutSIGPIPE(_ fd: Int32, _ bytes: UnsafeRawPointer?, _ coun
   var pending = sigset_t()
   sigpending(&pending)
   let alreadyPending = sigismember(&pending, SIGPIPE) == 1
-  let count = Glibc.write(fd, bytes, count)
-  let code = count < 0 ? errno : 0
+  let (count, code) = body()
   if code == EPIPE && !alreadyPending {
     var noWait = timespec(tv_sec: 0, tv_nsec: 0)
     _ = sigtimedwait(&pipeSet, nil, &noWait)

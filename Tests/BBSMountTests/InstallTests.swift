@@ -54,6 +54,11 @@ final class InstallTests: XCTestCase {
       XCTAssertFalse(text.contains("/usr/local/bin"), text)
       XCTAssertFalse(text.contains("@BINDIR@"), text)
     }
+    // The server unit is safe as installed: loopback only, and no first-user sysop (issue 21).
+    let server = try String(contentsOfFile: prefix + "/" + units[0], encoding: .utf8)
+    XCTAssertTrue(server.contains("NINEBBSD_LISTEN=tcp:127.0.0.1:"), server)
+    XCTAssertTrue(server.contains("--sysop none"), server)
+    XCTAssertFalse(server.contains("--listen tcp:0.0.0.0"), server)
     let user = try String(contentsOfFile: prefix + "/" + units[1], encoding: .utf8)
     XCTAssertTrue(user.contains("%h/bbs/%i"), user)
     XCTAssertFalse(user.contains("%I"), "the escaped instance must not name a directory")

@@ -3,7 +3,9 @@ import TestSupport
 import XCTest
 
 /// A line someone else posts cannot drive the terminal of whoever follows the room: `tail -f`
-/// on a terminal shows their escape sequences as text. `-o rawtext` keeps the bytes.
+/// on a terminal shows their escape sequences as text. `-o rawtext` keeps the bytes. A real
+/// board keeps whatever it is given (so does 9bbsd's device profile); 9bbsd itself refuses a
+/// post with control characters.
 final class RoomTextSafetyTests: XCTestCase {
   private let hostile = #"printf 'look \033[31mRED \033]0;pwned\007 \302\233 \342\200\256txt\n'"#
 
@@ -20,7 +22,7 @@ final class RoomTextSafetyTests: XCTestCase {
   }
 
   func testOtherUsersEscapesReachTheTerminalAsText() throws {
-    for setup in [Setup.multiplexTCP, .deviceSeqpacket] {
+    for setup in [Setup.deviceSeqpacket, .gen1TCP] {
       let rig = try MountRig.start(setup, for: self)
       let tail = try followAndPost(rig)
       XCTAssertTrue(
@@ -35,8 +37,20 @@ final class RoomTextSafetyTests: XCTestCase {
   }
 
   func testRawTextKeepsTheBytes() throws {
-    let rig = try MountRig.start(.multiplexTCP, for: self, mountOptions: ["rawtext"])
+    let rig = try MountRig.start(.deviceSeqpacket, for: self, mountOptions: ["rawtext"])
     let tail = try followAndPost(rig)
     XCTAssertTrue(tail.text.contains("look \u{1B}[31mRED"), tail.text)
+  }
+
+  /// 9bbsd's own profile refuses such a post, and the writer hears why.
+  func testNineBBSDRefusesAPostWithControlCharacters() throws {
+    let rig = try MountRig.start(.multiplexTCP, for: self)
+    let refused = try shell("\(hostile) > '\(rig.path("chat/post"))'")
+    XCTAssertNotEqual(refused.status, 0, refused.output)
+    XCTAssertTrue(refused.output.contains("Invalid argument"), refused.output)
+    try shell("echo 'after it' > '\(rig.path("chat/post"))'")
+    let lines = try shell("tail -n 3 '\(rig.path("chat/lobby"))'").output
+    XCTAssertTrue(lines.contains("after it"), lines)
+    XCTAssertFalse(lines.contains("look"), lines)
   }
 }

@@ -220,13 +220,18 @@ final class AuthenticationTests: ServerTestCase {
     XCTAssertEqual(
       try client.rpc(.tauth(afid: 7, uname: String(repeating: "a", count: 64), aname: "")),
       .rerror(ename: "invalid identity"))
+    // An identity is exactly 40 hex characters (issue 21): a board's 63-byte buffer is no
+    // reason to keep and log anything else.
+    XCTAssertEqual(
+      try client.rpc(.tauth(afid: 7, uname: String(repeating: "a", count: 63), aname: "")),
+      .rerror(ename: "invalid identity"))
     guard
       case .rauth = try client.rpc(
-        .tauth(afid: 7, uname: String(repeating: "a", count: 63), aname: ""))
-    else { return XCTFail("a 63-byte identity is allowed") }
+        .tauth(afid: 7, uname: String(repeating: "a", count: 40), aname: ""))
+    else { return XCTFail("a 40-hex-character identity is allowed") }
     XCTAssertEqual(
-      try client.rpc(.tauth(afid: 7, uname: "x", aname: "")), .rerror(ename: "cannot allocate afid")
-    )
+      try client.rpc(.tauth(afid: 7, uname: String(repeating: "b", count: 40), aname: "")),
+      .rerror(ename: "cannot allocate afid"))
   }
 
   func testTheChallengeMustBeReadFirst() throws {

@@ -122,8 +122,8 @@ final class BoardTests: XCTestCase {
     defer { try? FileManager.default.removeItem(atPath: dir) }
     let store = try SQLiteBoardStore(directory: dir)
     for id in 1...10 {
-      try store.appendChatMessage(
-        ChatMessage(room: "lobby", id: UInt64(id), author: "a", text: [], stamp: 0), keep: 3)
+      try store.appendChatMessages(
+        [ChatMessage(room: "lobby", id: UInt64(id), author: "a", text: [], stamp: 0)], keep: 3)
     }
     XCTAssertEqual(try store.chatMessages(room: "lobby", limit: 100).map(\.id), [8, 9, 10])
   }

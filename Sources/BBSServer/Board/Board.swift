@@ -27,8 +27,8 @@ public final class Board: Sendable {
       initialRooms: configuration.initialBoardRooms, limits: configuration.limits, clock: clock,
       store: store, logger: logger)
     etc = try EtcFiles(
-      defaults: configuration.etcDefaults, sysops: configuration.sysops, store: store,
-      logger: logger)
+      defaults: configuration.etcDefaults, sysops: configuration.sysops,
+      firstUserIsSysop: configuration.firstUserIsSysop, store: store, logger: logger)
   }
 
   /// Tcreate of a directory at the BBS root: creates a board room. In the device profile the

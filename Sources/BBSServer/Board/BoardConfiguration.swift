@@ -48,18 +48,31 @@ public struct BoardLimits: Sendable, Equatable {
   public var messageWriteReplaces: Bool
   /// How message files read (and so their listed length).
   public var messageStyle: BoardMessageStyle
+  /// Largest board message text a client may write, in bytes; a write beyond it fails with
+  /// ENOSPC (`9bbsd --max-board-message`).
+  public var maxMessageBytes: Int = BoardLimits.defaultMaxMessageBytes
+  /// Chat posts with control characters other than tab (a lone `\r`, an escape sequence) are
+  /// refused. A real board keeps whatever it is given, and the device and gen1 profiles do
+  /// too, so that clients meet what they must make safe to show; lines are split at `\n`
+  /// everywhere.
+  public var refusesControlCharacters = false
+
+  /// The default ``maxMessageBytes`` of the default profile: 64 KiB.
+  public static let defaultMaxMessageBytes = 64 << 10
 
   /// The limits of a real 9BBS device (also Gen-1's: the same 9BBS Kconfig).
   public static let device = BoardLimits(
     chatRingCapacity: 49, maxChatUsers: 8, maxChatText: 255, maxAuthor: 31,
     messagesPerRoom: 20, maxBoardRooms: 8, maxRoomName: 31, clock: .uptime,
-    failsRootRoomCreate: true, messageWriteReplaces: true, messageStyle: .device)
+    failsRootRoomCreate: true, messageWriteReplaces: true, messageStyle: .device,
+    maxMessageBytes: 1 << 20)
 
   /// The limits of the default profile.
   public static let standard = BoardLimits(
     chatRingCapacity: 1000, maxChatUsers: nil, maxChatText: 255, maxAuthor: 31,
     messagesPerRoom: 10_000, maxBoardRooms: 1000, maxRoomName: 31, clock: .wallClock,
-    failsRootRoomCreate: false, messageWriteReplaces: false, messageStyle: .standard)
+    failsRootRoomCreate: false, messageWriteReplaces: false, messageStyle: .standard,
+    refusesControlCharacters: true)
 
   /// The limits that go with a profile.
   public static func forProfile(_ profile: BBSProfile) -> BoardLimits {
@@ -77,15 +90,19 @@ public struct BoardConfiguration: Sendable {
   public var limits: BoardLimits
   /// Initial /etc values for fields the store does not hold yet.
   public var etcDefaults: [EtcField: String]
-  /// The users (``BoardUser/id``s) who may write /etc; empty: the first registered user.
+  /// The users (``BoardUser/id``s) who may write /etc; empty: the first registered user,
+  /// unless `firstUserIsSysop` is off.
   public var sysops: Set<String>
+  /// Without `sysops`: whether the first registered user is the sysop (else nobody is).
+  public var firstUserIsSysop: Bool
 
   /// Creates a configuration; board rooms default to the chat rooms.
   public init(
     chatRooms: [String] = ["lobby"], initialBoardRooms: [String]? = nil,
     limits: BoardLimits = .standard, etcDefaults: [EtcField: String] = [:],
-    sysops: Set<String> = []
+    sysops: Set<String> = [], firstUserIsSysop: Bool = true
   ) {
+    self.firstUserIsSysop = firstUserIsSysop
     self.chatRooms = chatRooms
     self.initialBoardRooms = initialBoardRooms ?? chatRooms
     self.limits = limits

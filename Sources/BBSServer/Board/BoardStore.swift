@@ -81,8 +81,9 @@ public struct BoardMessage: Sendable, Equatable {
 public protocol BoardStore: Sendable {
   /// The newest `limit` chat messages of a room, oldest first.
   func chatMessages(room: String, limit: Int) throws(BoardError) -> [ChatMessage]
-  /// Stores a chat message and forgets all but the newest `keep` of its room.
-  func appendChatMessage(_ message: ChatMessage, keep: Int) throws(BoardError)
+  /// Stores chat messages of one room, all or none, and forgets all but the newest `keep` of
+  /// the room.
+  func appendChatMessages(_ messages: [ChatMessage], keep: Int) throws(BoardError)
   /// Board room names in creation order.
   func boardRooms() throws(BoardError) -> [String]
   /// Adds a board room.
@@ -119,12 +120,13 @@ public final class InMemoryBoardStore: BoardStore {
     state.withLock { Array(($0.chat[room] ?? []).suffix(limit)) }
   }
 
-  public func appendChatMessage(_ message: ChatMessage, keep: Int) {
+  public func appendChatMessages(_ messages: [ChatMessage], keep: Int) {
+    guard let room = messages.first?.room else { return }
     state.withLock {
-      var list = $0.chat[message.room] ?? []
-      list.append(message)
+      var list = $0.chat[room] ?? []
+      list += messages
       if list.count > keep { list.removeFirst(list.count - keep) }
-      $0.chat[message.room] = list
+      $0.chat[room] = list
     }
   }
 

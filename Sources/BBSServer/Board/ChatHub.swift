@@ -49,6 +49,8 @@ public final class ChatHub: Sendable {
   private let store: any BoardStore
   private let logger: Logger
   private let state: Mutex<State>
+  /// Held for a whole post (store, then show); never taken under `state`.
+  private let posting = Mutex(())
 
   /// Creates the chat, loading each room's recent history from the store.
   public init(
@@ -76,57 +78,122 @@ public final class ChatHub: Sendable {
 
   /// Posts a `/chat/post` payload from `author` (facts §1.5).
   ///
-  /// A `:` within the first 32 bytes names the room (`room:text`), else the room is `lobby`.
-  /// The text is cut to the text limit, then exactly one trailing newline is removed; the
+  /// A `:` within the first 32 bytes of the first line names the room (`room:text`), else the
+  /// room is `lobby`. One post is one line: each line of a payload of several (`\n` or
+  /// `\r\n` between them, one at the end ignored) is a post of its own by the same author,
+  /// so no line can be made to look like someone else's. Each is cut to the text limit; the
   /// author is cut to the author limit.
-  /// - Throws: ``BoardError/notFound`` for an unknown or empty room name.
+  /// - Throws: ``BoardError/notFound`` for an unknown or empty room name,
+  ///   ``BoardError/invalidArgument`` for any other control character than tab (a lone `\r`
+  ///   would let a terminal overwrite the author), ``BoardError/storage(_:)`` when the store
+  ///   cannot keep the posts (then none is posted).
+  /// Returns the last message posted.
   @discardableResult
   public func post(payload: [UInt8], author: BoardUser) throws(BoardError) -> ChatMessage {
     var room = "lobby"
     var text = payload[...]
-    if let colon = payload.prefix(32).firstIndex(of: UInt8(ascii: ":")) {
+    let firstLine = payload.firstIndex(of: 0x0A) ?? payload.endIndex
+    if let colon = payload[..<firstLine].prefix(32).firstIndex(of: UInt8(ascii: ":")) {
       room = String(decoding: payload[..<colon], as: UTF8.self)
       text = payload[(colon + 1)...]
     }
-    return try post(room: room, text: Array(text), author: author)
+    return try post(
+      room: room, lines: Self.lines(of: text, refusingControls: limits.refusesControlCharacters),
+      author: author)
   }
 
   /// Posts `text` to `room` from `author` (shown by name), applying the text and author
-  /// limits and removing one trailing newline.
+  /// limits and removing one trailing newline; a text of several lines makes one post each.
+  /// - Throws: as ``post(payload:author:)``.
   @discardableResult
   public func post(room: String, text: [UInt8], author: BoardUser) throws(BoardError)
     -> ChatMessage
   {
-    var body = Array(text.prefix(limits.maxChatText))
-    if body.last == UInt8(ascii: "\n") { body.removeLast() }
+    try post(
+      room: room,
+      lines: Self.lines(of: text[...], refusingControls: limits.refusesControlCharacters),
+      author: author)
+  }
+
+  /// The lines of a post's text: split at `\n` (a `\r` before it dropped, one at the end
+  /// ignored). With `refusingControls`, other control characters than tab are refused.
+  static func lines(of text: ArraySlice<UInt8>, refusingControls: Bool = true) throws(BoardError)
+    -> [ArraySlice<UInt8>]
+  {
+    var body = text
+    if body.last == 0x0A {
+      body = body.dropLast()
+      if body.last == 0x0D { body = body.dropLast() }
+    }
+    var lines: [ArraySlice<UInt8>] = []
+    var start = body.startIndex
+    var index = body.startIndex
+    while index < body.endIndex {
+      let byte = body[index]
+      if byte == 0x0A {
+        var line = body[start..<index]
+        if line.last == 0x0D { line = line.dropLast() }
+        lines.append(line)
+        start = index + 1
+      } else if byte == 0x0D && refusingControls {
+        guard index + 1 < body.endIndex, body[index + 1] == 0x0A else {
+          throw BoardError.invalidArgument
+        }
+      } else if refusingControls && ((byte < 0x20 && byte != 0x09) || byte == 0x7F) {
+        throw BoardError.invalidArgument
+      }
+      index += 1
+    }
+    lines.append(body[start...])
+    return lines
+  }
+
+  /// Stores the lines first and shows them afterwards, so a line readers saw is a stored
+  /// line; posts are serialised by `posting`, so ids stay in order without holding the room
+  /// lock (which readers need) during the write.
+  private func post(room: String, lines: [ArraySlice<UInt8>], author: BoardUser)
+    throws(BoardError) -> ChatMessage
+  {
     let name = displayName(author)
     let key = cursorKey(author)
     let stamp = limits.clock == .uptime ? clock.uptimeMillis : clock.wallMillis
     let now = clock.uptimeMillis
-
-    let (message, wakes) = try state.withLock { state throws(BoardError) in
-      guard var entry = state.rooms[room] else { throw BoardError.notFound }
-      let message = ChatMessage(
-        room: room, id: entry.nextID, author: name, text: body, stamp: stamp)
-      entry.nextID += 1
-      entry.messages.append(message)
-      while entry.messages.count > limits.chatRingCapacity { entry.messages.removeFirst() }
-      state.rooms[room] = entry
-      state.users[key]?.lastActivity = now
-      var wakes: [@Sendable () -> Void] = []
-      for (id, waiter) in state.waiters where waiter.room == room {
-        wakes.append(waiter.wake)
-        state.waiters[id] = nil
+    let (messages, wakes) = try posting.withLock {
+      _ throws(BoardError) -> ([ChatMessage], [@Sendable () -> Void]) in
+      let first = try state.withLock { state throws(BoardError) -> UInt64 in
+        guard let entry = state.rooms[room] else { throw BoardError.notFound }
+        return entry.nextID
       }
-      return (message, wakes)
-    }
-    do {
-      try store.appendChatMessage(message, keep: limits.chatRingCapacity)
-    } catch {
-      logger.error("chat: could not store message \(message.id) in \(room): \(error)")
+      let messages = lines.enumerated().map { offset, line in
+        ChatMessage(
+          room: room, id: first + UInt64(offset), author: name,
+          text: Array(line.prefix(limits.maxChatText)), stamp: stamp)
+      }
+      do throws(BoardError) {
+        try store.appendChatMessages(messages, keep: limits.chatRingCapacity)
+      } catch {
+        logger.error("chat: could not store \(messages.count) line(s) in \(room): \(error)")
+        throw error
+      }
+      let wakes = state.withLock { state -> [@Sendable () -> Void] in
+        guard var entry = state.rooms[room] else { return [] }
+        entry.nextID = first + UInt64(messages.count)
+        entry.messages.append(contentsOf: messages)
+        while entry.messages.count > limits.chatRingCapacity { entry.messages.removeFirst() }
+        state.rooms[room] = entry
+        state.users[key]?.lastActivity = now
+        var wakes: [@Sendable () -> Void] = []
+        for (id, waiter) in state.waiters where waiter.room == room {
+          wakes.append(waiter.wake)
+          state.waiters[id] = nil
+        }
+        return wakes
+      }
+      return (messages, wakes)
     }
     for wake in wakes { wake() }
-    return message
+    // `lines` is never empty: a text without a newline is one line.
+    return messages[messages.count - 1]
   }
 
   // MARK: Reading

@@ -48,12 +48,16 @@ public final class EtcFiles: Sendable {
   private let logger: Logger
   /// The configured sysops; empty: the first registered user.
   private let sysops: Set<String>
+  /// Without configured sysops: whether the first registered user is the sysop.
+  private let firstUserIsSysop: Bool
 
   /// Loads values and users from the store, falling back to `defaults`, then to the device's
   /// defaults.
   public init(
-    defaults: [EtcField: String], sysops: Set<String> = [], store: any BoardStore, logger: Logger
+    defaults: [EtcField: String], sysops: Set<String> = [], firstUserIsSysop: Bool = true,
+    store: any BoardStore, logger: Logger
   ) throws(BoardError) {
+    self.firstUserIsSysop = firstUserIsSysop
     var values: [EtcField: String] = [:]
     for field in EtcField.allCases where field.isWritable {
       values[field] = truncateUTF8(defaults[field] ?? field.defaultValue, maxBytes: field.capacity)
@@ -80,15 +84,17 @@ public final class EtcFiles: Sendable {
     do {
       try store.addUser(user)
     } catch {
-      logger.error("etc: could not store user \(user): \(error)")
+      logger.error("etc: could not store user \(LogText.escaped(user)): \(error)")
     }
-    if sysops.isEmpty && isAdmin(user) { logger.info("etc: first user '\(user)' is the sysop") }
+    if sysops.isEmpty && isAdmin(user) {
+      logger.info("etc: first user '\(LogText.escaped(user))' is the sysop")
+    }
   }
 
   /// Whether `user` (a ``BoardUser/id``) is a sysop.
   public func isAdmin(_ user: String) -> Bool {
     guard sysops.isEmpty else { return sysops.contains(user) }
-    return !user.isEmpty && state.withLock { $0.users.first == user }
+    return firstUserIsSysop && !user.isEmpty && state.withLock { $0.users.first == user }
   }
 
   /// The current value of a field, without the trailing newline.

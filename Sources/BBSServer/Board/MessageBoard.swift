@@ -66,7 +66,7 @@ public final class MessageBoard: Sendable {
       state.rooms[name] = Room()
     }
     try store.addBoardRoom(name)
-    logger.info("board: created room \(name)")
+    logger.info("board: created room \(LogText.escaped(name))")
   }
 
   /// A room's messages in creation order.
@@ -120,23 +120,40 @@ public final class MessageBoard: Sendable {
       state.rooms[room] = entry
       return message
     }
-    try store.saveBoardMessage(message)
-    logger.info("board: \(who) created message \(message.id) in \(room)")
+    do throws(BoardError) {
+      try store.saveBoardMessage(message)
+    } catch {
+      // Not stored, so not created: the client gets the error and nothing is left behind.
+      state.withLock { $0.rooms[room]?.messages.removeAll { $0.id == message.id } }
+      logger.error(
+        "board: could not store message \(message.id) in \(LogText.escaped(room)): \(error)")
+      throw error
+    }
+    logger.info(
+      "board: \(LogText.escaped(who)) created message \(message.id) in \(LogText.escaped(room))")
     return message
   }
 
   /// Writes message content. The text is parsed as RFC-822 headers (keeping `Subject`) and the
   /// header block stripped. In the device profile each write is parsed alone; otherwise writes
   /// are assembled by offset and the whole text parsed again. Returns the bytes accepted.
+  /// - Throws: ``BoardError/noSpace`` for a write that would make the text larger than
+  ///   ``BoardLimits/maxMessageBytes`` (nothing is written), ``BoardError/storage(_:)`` when
+  ///   the store fails (the message keeps its stored text).
   public func write(in room: String, id: UInt32, offset: UInt64, data: [UInt8])
     throws(BoardError) -> Int
   {
-    let maxSize = 1 << 20
-    guard offset <= UInt64(maxSize) else { throw BoardError.noSpace }
+    let maxSize = limits.maxMessageBytes
+    let start = limits.messageWriteReplaces ? 0 : offset
+    guard start <= UInt64(maxSize), UInt64(data.count) <= UInt64(maxSize) - start else {
+      throw BoardError.noSpace
+    }
+    var previous: (message: BoardMessage, draft: [UInt8]?)?
     let updated = try state.withLock { state throws(BoardError) -> BoardMessage in
       guard var entry = state.rooms[room],
         let index = entry.messages.firstIndex(where: { $0.id == id })
       else { throw BoardError.notFound }
+      previous = (entry.messages[index], entry.drafts[id])
       var raw: [UInt8]
       if limits.messageWriteReplaces {
         raw = data
@@ -155,7 +172,20 @@ public final class MessageBoard: Sendable {
       state.rooms[room] = entry
       return entry.messages[index]
     }
-    try store.saveBoardMessage(updated)
+    do throws(BoardError) {
+      try store.saveBoardMessage(updated)
+    } catch {
+      if let previous {
+        state.withLock { state in
+          guard let index = state.rooms[room]?.messages.firstIndex(where: { $0.id == id }) else {
+            return
+          }
+          state.rooms[room]?.messages[index] = previous.message
+          state.rooms[room]?.drafts[id] = previous.draft
+        }
+      }
+      throw error
+    }
     return data.count
   }
 }

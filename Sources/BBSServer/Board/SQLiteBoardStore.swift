@@ -5,8 +5,15 @@ import GRDB
 ///
 /// Keeps each chat room's recent history, board rooms and messages, `/etc` values and BBS
 /// users across restarts. The schema is created and upgraded with GRDB's `DatabaseMigrator`.
+///
+/// The database is in WAL mode, so a reader (say `sqlite3` run by the admin) never blocks a
+/// write, and a write that finds the database locked all the same waits up to
+/// ``busyTimeout`` before it fails; a failed write is an error to the caller, never dropped.
 public final class SQLiteBoardStore: BoardStore {
-  private let queue: DatabaseQueue
+  private let queue: DatabasePool
+
+  /// How long a write waits for a lock another process holds (a checkpoint, a writer).
+  public static let busyTimeout: TimeInterval = 5
 
   /// The database file name inside a data directory.
   public static let fileName = "9bbs.sqlite"
@@ -25,7 +32,10 @@ public final class SQLiteBoardStore: BoardStore {
   /// Opens (creating if needed) the database file at `path`.
   public init(path: String) throws(BoardError) {
     do {
-      queue = try DatabaseQueue(path: path)
+      var configuration = Configuration()
+      configuration.busyMode = .timeout(Self.busyTimeout)
+      // A pool opens the database in WAL mode.
+      queue = try DatabasePool(path: path, configuration: configuration)
       try Self.migrator.migrate(queue)
     } catch {
       throw BoardError.storage("cannot open \(path): \(error)")
@@ -102,18 +112,21 @@ public final class SQLiteBoardStore: BoardStore {
     }
   }
 
-  public func appendChatMessage(_ message: ChatMessage, keep: Int) throws(BoardError) {
+  public func appendChatMessages(_ messages: [ChatMessage], keep: Int) throws(BoardError) {
+    guard let last = messages.last else { return }
     try write { db in
-      try db.execute(
-        sql:
-          "INSERT OR REPLACE INTO chatMessage (room, id, author, text, stamp) VALUES (?,?,?,?,?)",
-        arguments: [
-          message.room, Int64(message.id), message.author, Data(message.text),
-          Int64(message.stamp),
-        ])
+      for message in messages {
+        try db.execute(
+          sql:
+            "INSERT OR REPLACE INTO chatMessage (room, id, author, text, stamp) VALUES (?,?,?,?,?)",
+          arguments: [
+            message.room, Int64(message.id), message.author, Data(message.text),
+            Int64(message.stamp),
+          ])
+      }
       try db.execute(
         sql: "DELETE FROM chatMessage WHERE room = ? AND id <= ?",
-        arguments: [message.room, Int64(message.id) - Int64(keep)])
+        arguments: [last.room, Int64(last.id) - Int64(keep)])
     }
   }
 

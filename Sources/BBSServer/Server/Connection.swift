@@ -15,6 +15,12 @@ final class Connection: Sendable {
   }
 
   let id: Int
+  /// The client's TCP host, for the per-address cap and as the poster of its guests; nil for
+  /// Unix-socket, seqpacket and standard-input clients.
+  let host: String?
+  /// When the connection was accepted.
+  let opened = ContinuousClock.now
+  private let activity = ConnectionActivity()
   private let transport: any MessageTransport
   private let raw: SocketTransport?
   private let server: BBSServer
@@ -28,6 +34,7 @@ final class Connection: Sendable {
     self.id = id
     self.transport = transport
     self.server = server
+    if case .tcp(let host, _) = transport.address { self.host = host } else { self.host = nil }
     self.logger = server.logger
     let socket = transport as? SocketTransport
     raw = server.configuration.profile == .device && socket?.isPacket == true ? socket : nil
@@ -35,8 +42,12 @@ final class Connection: Sendable {
     // reply as exactly one SDU. Send failures surface as a receive failure on the reader.
     let lock = Mutex(())
     let packets = raw
+    let activity = activity
     let sendAll: @Sendable ([OutgoingFrame]) -> Void = { frames in
       lock.withLock { _ in
+        // A client that stops reading leaves this send waiting; the watchdog closes it.
+        activity.sending(true)
+        defer { activity.sending(false) }
         for frame in frames {
           switch frame {
           case .bytes(let bytes):
@@ -59,7 +70,8 @@ final class Connection: Sendable {
     sendFrames = sendAll
     session = ServerSession(
       id: id, tree: server.tree, configuration: server.configuration, logger: server.logger,
-      wakeQueue: server.wakeQueue, send: { sendAll($0.map(OutgoingFrame.bytes)) })
+      wakeQueue: server.wakeQueue, limiter: server.limiter, address: host,
+      send: { sendAll($0.map(OutgoingFrame.bytes)) })
   }
 
   private func send(_ frames: [OutgoingFrame]) {
@@ -119,7 +131,9 @@ final class Connection: Sendable {
   /// `failure`'s text unless the connection was closed on purpose).
   private func receiveFrame(failure: (TransportError) -> String) -> [UInt8]? {
     do {
-      return try transport.receive(limit: session.msize)
+      let frame = try transport.receive(limit: session.msize)
+      if frame != nil { activity.requestArrived() }
+      return frame
     } catch {
       if !closed.withLock({ $0 }) { logger.warning("\(failure(error))") }
       return nil
@@ -187,6 +201,7 @@ final class Connection: Sendable {
       }
       let frame = buffer
       buffer = []
+      activity.requestArrived()
       receive.withLock { $0 = .processing(describe(frame)) }
       process(frame) {}
     }
@@ -203,6 +218,38 @@ final class Connection: Sendable {
       send(replies)
       completion()
     }
+  }
+
+  // MARK: Timeouts
+
+  /// Why the connection should be closed now (a timeout of ``BBSServerConfiguration``), or
+  /// nil. Called by the server's watchdog.
+  func overdue(at now: ContinuousClock.Instant) -> String? {
+    let configuration = server.configuration
+    if !session.isAttached, opened.duration(to: now) > configuration.handshakeTimeout {
+      return "no Tversion and Tattach within \(configuration.handshakeTimeout)"
+    }
+    let inside: Bool
+    if raw != nil {
+      if case .waitData = receive.withLock({ $0 }) { inside = true } else { inside = false }
+    } else {
+      inside = (transport as? SocketTransport)?.isInsideMessage ?? false
+    }
+    let socket = transport as? SocketTransport
+    let seen = activity.observe(
+      insideMessage: inside, transferred: socket?.transferredBytes ?? (0, 0), at: now)
+    if let since = seen.sendingSince, since.duration(to: now) > configuration.stallTimeout {
+      return "the client took no reply bytes for \(configuration.stallTimeout)"
+    }
+    if let since = seen.partialSince, since.duration(to: now) > configuration.stallTimeout {
+      return "a request stayed half-sent, no byte coming, for \(configuration.stallTimeout)"
+    }
+    if seen.lastRequest.duration(to: now) > configuration.idleTimeout, !session.hasParkedRead,
+      !isProcessing
+    {
+      return "idle for \(configuration.idleTimeout)"
+    }
+    return nil
   }
 
   private func violation(_ what: String) {
@@ -226,4 +273,56 @@ enum OutgoingFrame: Sendable {
   /// cache to the socket without passing through the server's memory where the transport
   /// allows it. The sender closes `file.descriptor`.
   case fileRead(header: [UInt8], file: FileRegion)
+}
+
+/// When a connection last did what the watchdog times: a request arrived, a request began to
+/// arrive, a send began.
+final class ConnectionActivity: Sendable {
+  struct Seen {
+    var lastRequest = ContinuousClock.now
+    /// Since when part of a request has been waiting for the rest (as the watchdog saw it).
+    var partialSince: ContinuousClock.Instant?
+    /// Since when a send has been in progress without a byte going out.
+    var sendingSince: ContinuousClock.Instant?
+    /// The transport's byte counts when the watchdog last looked.
+    var sent = 0
+    var received = 0
+  }
+
+  private let state = Mutex(Seen())
+
+  func requestArrived() {
+    state.withLock {
+      $0.lastRequest = .now
+      $0.partialSince = nil
+    }
+  }
+
+  func sending(_ active: Bool) {
+    state.withLock { $0.sendingSince = active ? .now : nil }
+  }
+
+  /// Records whether a request is half received and how many bytes have moved, and returns
+  /// what is known. A stall is timed from when the watchdog first saw no progress: every byte
+  /// received restarts the clock of a partial request, every byte sent that of a send (a slow
+  /// link is not a stalled client).
+  func observe(
+    insideMessage: Bool, transferred: (sent: Int, received: Int), at now: ContinuousClock.Instant
+  ) -> Seen {
+    state.withLock { seen in
+      if !insideMessage {
+        seen.partialSince = nil
+      } else if seen.partialSince == nil || transferred.received != seen.received
+        || seen.sendingSince != nil
+      {
+        // While a reply goes out the reader is not reading: the rest of a request may be
+        // waiting in the socket, and only the send can be stalled.
+        seen.partialSince = now
+      }
+      if seen.sendingSince != nil && transferred.sent != seen.sent { seen.sendingSince = now }
+      seen.sent = transferred.sent
+      seen.received = transferred.received
+      return seen
+    }
+  }
 }

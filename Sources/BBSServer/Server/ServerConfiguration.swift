@@ -59,7 +59,8 @@ public struct BBSServerConfiguration: Sendable {
   public var sduLimit: Int
   /// Device and gen1 profiles: how long the shared worker holds each request before answering.
   public var processingDelay: Duration
-  /// Clients served at once (device: 4, refused beyond; others: unlimited).
+  /// Clients served at once (device: 4, default profile: 256, refused beyond; gen1:
+  /// unlimited).
   public var connectionLimit: ConnectionLimit
   /// Parked reads per session (device: 4; gen1: none, its chat reads never park).
   public var parkingSlots: Int
@@ -83,6 +84,33 @@ public struct BBSServerConfiguration: Sendable {
   public var authSign: ChallengeResponse.Form = .bound
   /// How long a Tauth challenge may be answered (a board: 60 s).
   public var challengeLifetime: Duration = .seconds(60)
+  /// Without ``sysops``: whether the first user to attach becomes the sysop, as on a device.
+  /// `9bbsd --sysop none` turns it off: then nobody writes `/etc`.
+  public var firstUserIsSysop = true
+
+  // Limits against hostile clients (issue 21).
+
+  /// A connection that has not finished Tversion and Tattach this long after it was accepted
+  /// is closed.
+  public var handshakeTimeout: Duration = .seconds(10)
+  /// A connection that sent no request for this long and has no parked read is closed.
+  public var idleTimeout: Duration = .seconds(30 * 60)
+  /// A request whose first bytes arrived must be whole within this time, and a reply the
+  /// client does not read must be gone within it, or the connection is closed.
+  public var stallTimeout: Duration = .seconds(30)
+  /// Connections from one TCP address at once; the next is refused with a log line. nil
+  /// means no cap (Unix and seqpacket clients are never counted: they are local).
+  public var maxConnectionsPerAddress: Int? = 32
+  /// How much one TCP poster may post and write (see ``PostingLimits``).
+  public var postingLimits: PostingLimits = .standard
+  /// Files of the files area one session may hold open at once (each is a descriptor).
+  public var maxOpenFilesPerSession = 256
+  /// Largest board message text in bytes (default profile: 64 KiB).
+  public var maxBoardMessageSize: Int = BoardLimits.defaultMaxMessageBytes
+
+  /// The default cap on connections of the default profile: well under the 1024 descriptors
+  /// systemd gives a service, leaving room for the files `/files` readers hold open.
+  public static let defaultConnectionCap = 256
 
   /// A configuration with the profile's defaults.
   public init(
@@ -117,7 +145,7 @@ public struct BBSServerConfiguration: Sendable {
       maxTags = nil
     case .standard:
       self.maxMessageSize = maxMessageSize ?? NineP.defaultMessageSize
-      self.connectionLimit = connectionLimit ?? .unlimited
+      self.connectionLimit = connectionLimit ?? .refuse(Self.defaultConnectionCap)
       parkingSlots = 64
       maxFids = 4096
       maxTags = nil

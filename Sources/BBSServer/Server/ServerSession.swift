@@ -39,6 +39,8 @@ final class ServerSession: Sendable {
     var closed = false
     /// A Tversion has been answered: until then only Tversion is served.
     var versioned = false
+    /// A Tattach has succeeded (the handshake timeout no longer applies).
+    var attached = false
   }
 
   let id: Int
@@ -48,18 +50,28 @@ final class ServerSession: Sendable {
   private let send: @Sendable ([[UInt8]]) -> Void
   private let wakeQueue: DispatchQueue
   private let state: Mutex<State>
+  private let limiter: PostingLimiter
+  /// The client's TCP host: who posts when the user is no verified identity. Nil for local
+  /// clients (Unix sockets, seqpacket, standard input), whose posting is not limited.
+  private let address: String?
 
   /// Device or gen1: a board's fid, create, remove and wstat rules.
   private var device: Bool { configuration.profile.imitatesBoard }
   /// The Gen-1 board's synchronous core and chat (facts §1.3, §1.9, §7, §10).
   private var gen1: Bool { configuration.profile == .gen1 }
 
-  /// - Parameter send: sends frames in order, atomically with respect to other sends.
+  /// - Parameters:
+  ///   - send: sends frames in order, atomically with respect to other sends.
+  ///   - limiter: the server's posting allowance, shared by every session.
+  ///   - address: the client's TCP host; nil for a local client.
   init(
     id: Int, tree: Tree, configuration: BBSServerConfiguration, logger: Logger,
-    wakeQueue: DispatchQueue, send: @escaping @Sendable ([[UInt8]]) -> Void
+    wakeQueue: DispatchQueue, limiter: PostingLimiter, address: String?,
+    send: @escaping @Sendable ([[UInt8]]) -> Void
   ) {
     self.id = id
+    self.limiter = limiter
+    self.address = address
     self.tree = tree
     self.configuration = configuration
     self.logger = logger
@@ -74,11 +86,22 @@ final class ServerSession: Sendable {
   /// Number of parked reads (for tests and status).
   var parkedCount: Int { state.withLock { $0.parked.count } }
 
+  /// Whether the session has a parked read, without taking the session's lock (which a
+  /// wake-up holds while it sends to a client that may not be reading): for the watchdog.
+  var hasParkedRead: Bool { parkedGauge.load(ordering: .relaxed) > 0 }
+  private let parkedGauge = Atomic(0)
+  private let attachedFlag = Atomic(false)
+
+  /// Whether a Tattach has succeeded on this session.
+  /// Lock-free, like ``hasParkedRead``.
+  var isAttached: Bool { attachedFlag.load(ordering: .relaxed) }
+
   /// Drops parked reads without replies and releases every fid; later wake-ups do nothing.
   /// Returns how many fids the client had not clunked.
   @discardableResult
   func close() -> Int {
     state.withLock { state in
+      defer { parkedGauge.store(state.parked.count, ordering: .relaxed) }
       let open = state.closed ? 0 : state.fids.count
       state.closed = true
       reset(&state)
@@ -112,6 +135,7 @@ final class ServerSession: Sendable {
   func process(_ frame: [UInt8]) -> [OutgoingFrame] {
     var fileRead: OutgoingFrame?
     let frames = state.withLock { state -> [[UInt8]] in
+      defer { parkedGauge.store(state.parked.count, ordering: .relaxed) }
       guard !state.closed else { return [] }
       let decoded: (tag: Tag, message: Message)
       do throws(ProtocolError) {
@@ -245,7 +269,11 @@ final class ServerSession: Sendable {
 
     case .tauth(let afid, let uname, _):
       guard configuration.auth != .off else { throw NinePFailure("authentication not required") }
-      guard (1...AuthTable.maxIdentity).contains(uname.utf8.count) else {
+      // An identity is the hex of 20 bytes; anything else is refused before it is kept or
+      // logged.
+      guard uname.utf8.count == 40, uname.utf8.allSatisfy(isASCIIHexDigit) else {
+        logger.notice(
+          "session \(id): Tauth refused: invalid identity '\(LogText.escaped(uname))'")
         throw NinePFailure("invalid identity")
       }
       do {
@@ -269,7 +297,11 @@ final class ServerSession: Sendable {
       }
       tree.board.etc.register(user: user.id)
       state.fids[fid] = FidState(node: node, user: user)
-      logger.debug("session \(id): attach fid \(fid) uname '\(uname)' as \(user) aname '\(aname)'")
+      state.attached = true
+      attachedFlag.store(true, ordering: .relaxed)
+      logger.debug(
+        "session \(id): attach fid \(fid) uname '\(LogText.escaped(uname))' as \(LogText.escaped(user.description)) aname '\(LogText.escaped(aname))'"
+      )
       return .rattach(qid: tree.walkQid(node))
 
     case .tflush(let oldtag):
@@ -310,6 +342,7 @@ final class ServerSession: Sendable {
       guard entry.openMode == nil else { throw NinePFailure("fid already open") }
       if case .files(let path) = entry.node, let files = tree.files {
         if !(try files.info(path)).isDirectory {
+          try checkOpenFiles(state)
           entry.fd = try files.open(path, mode: mode)
         } else if mode.allowsWriting {
           throw NinePFailure(errno: EISDIR, operation: "open")
@@ -322,13 +355,20 @@ final class ServerSession: Sendable {
     case .tcreate(let fid, let name, let perm, let mode):
       guard var entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
       guard entry.openMode == nil else { throw NinePFailure("fid already open") }
+      if case .files = entry.node, !perm.isDirectory { try checkOpenFiles(state) }
+      // A new board message, or a new board room at the root, is a post.
+      switch (entry.node, poster(entry.user)) {
+      case (.boardRoom, let poster?), (.root, let poster?):
+        try limiter.spend(poster: poster, posts: 1, bytes: 0)
+      default: break
+      }
       let created = try tree.create(
         in: entry.node, name: name, perm: perm, mode: mode, user: entry.user)
       entry.node = created.node
       entry.fd = created.fd
       entry.openMode = mode
       state.fids[fid] = entry
-      logger.debug("session \(id): created \(created.node.path)")
+      logger.debug("session \(id): created \(LogText.escaped(created.node.path))")
       return .rcreate(qid: tree.walkQid(created.node), iounit: device ? 0 : iounit(state))
 
     case .tread(let fid, let offset, let count) where state.auth.isAuthFid(fid):
@@ -365,6 +405,14 @@ final class ServerSession: Sendable {
       guard mode.allowsWriting else { throw NinePFailure("fid not open for writing") }
       // Any Twrite, even one that fails, makes its uname the Gen-1 board's user.
       if gen1 { tree.noteWriter(entry.user.id) }
+      switch (entry.node, poster(entry.user)) {
+      case (.chatPost, let poster?):
+        let lines = data.reduce(0) { $1 == 0x0A ? $0 + 1 : $0 }
+        try limiter.spend(poster: poster, posts: max(1, lines), bytes: data.count)
+      case (.boardMessage, let poster?):
+        try limiter.spend(poster: poster, posts: 0, bytes: data.count)
+      default: break
+      }
       let count = try tree.write(
         entry.node, offset: offset, data: data, user: entry.user, fd: entry.fd)
       return .rwrite(count: UInt32(clamping: count))
@@ -409,7 +457,16 @@ final class ServerSession: Sendable {
   private func attachingUser(afid: Fid, uname: String, state: State) throws(NinePFailure)
     -> BoardUser
   {
-    guard configuration.auth != .off else { return BoardUser(uname) }
+    guard configuration.auth != .off else {
+      // The uname is what chat lines and messages show: a control character in it could
+      // forge a line or a header.
+      guard !uname.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+        logger.notice(
+          "session \(id): attach refused: control characters in uname '\(LogText.escaped(uname))'")
+        throw NinePFailure("invalid argument")
+      }
+      return BoardUser(uname)
+    }
     if afid != NineP.noFid {
       if let identity = try state.auth.verifiedIdentity(afid: afid, uname: uname) {
         return BoardUser(
@@ -420,6 +477,27 @@ final class ServerSession: Sendable {
       throw NinePFailure("authentication required")
     }
     return .guest
+  }
+
+  /// Refuses to open one more file of the files area when the session holds
+  /// ``BBSServerConfiguration/maxOpenFilesPerSession`` already: each holds a descriptor, and
+  /// a client opening thousands would take the server's last one (accept(2) then fails).
+  private func checkOpenFiles(_ state: State) throws(NinePFailure) {
+    let open = state.fids.values.lazy.filter { $0.fd != nil }.count
+    guard open < configuration.maxOpenFilesPerSession else {
+      logger.notice(
+        "session \(id): \(open) files open, the most a session may hold; refusing another")
+      throw NinePFailure("resource temporarily unavailable")
+    }
+  }
+
+  /// Whose allowance a post spends: a verified identity's own; everyone else's (guests, and
+  /// unverified unames, which cost nothing to change) is their address's. Nil for a local
+  /// client: the limits are against the network, and local users share one machine.
+  private func poster(_ user: BoardUser) -> String? {
+    guard let address else { return nil }
+    if configuration.auth != .off, !user.id.isEmpty { return "id " + user.id }
+    return "address " + address
   }
 
   private func iounit(_ state: State) -> UInt32 {
@@ -498,6 +576,7 @@ final class ServerSession: Sendable {
   /// another reader with the same name took the lines.
   private func wake(tag: Tag, generation: UInt64) {
     state.withLock { state in
+      defer { parkedGauge.store(state.parked.count, ordering: .relaxed) }
       guard !state.closed, let parked = state.parked[tag], parked.generation == generation else {
         return
       }
@@ -526,4 +605,9 @@ final class ServerSession: Sendable {
       send([reply.encoded(tag: tag)])
     }
   }
+}
+
+/// Whether `byte` is `0-9`, `a-f` or `A-F`.
+private func isASCIIHexDigit(_ byte: UInt8) -> Bool {
+  (0x30...0x39).contains(byte) || (0x41...0x46).contains(byte) || (0x61...0x66).contains(byte)
 }
