@@ -153,6 +153,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
 
   public func lookup(_ request: FuseRequest, parent: FuseInode, name: String) {
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
+    guard name.utf8.count <= ListingCache.maxNameLength else { return reply(request, ENAMETOOLONG) }
     answersInterrupts(request)
     tree.lookup(directory.path, name) { [self] found in
       switch found {
@@ -171,8 +172,9 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       return
     }
     if case .room = node.kind { return getattrRoom(request, node, file: file) }
-    if node.inode == .root || node.fetched.duration(to: .now) < options.attributeTimeout
-      || nodes.isLocal(node.kind)
+    // An unlinked node (fstat of a file removed while open) has only what the mount knows.
+    if node.inode == .root || node.unlinked
+      || node.fetched.duration(to: .now) < options.attributeTimeout || nodes.isLocal(node.kind)
     {
       request.replyAttr(nodes.attributes(for: node), timeout: nodes.timeout(for: node))
       return
@@ -182,9 +184,11 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       switch result {
       case .success(let fresh):
         request.replyAttr(nodes.attributes(for: fresh), timeout: nodes.timeout(for: fresh))
-      case .failure(let error) where error.isLinkFailure:
-        // Link down: what the mount knows beats an error.
-        request.replyAttr(nodes.attributes(for: node), timeout: nodes.timeout(for: node))
+      case .failure(let error) where error.isLinkFailure || file != nil:
+        // Link down, or an open file gone from the server (fstat): what the mount knows
+        // beats an error.
+        let known = inodes.node(inode) ?? node
+        request.replyAttr(nodes.attributes(for: known), timeout: nodes.timeout(for: known))
       case .failure(let error): request.replyError(error.errno)
       }
     }
@@ -220,15 +224,29 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   }
 
   /// `df` and `statfs(2)`. 9P2000 has no request for a server's size or free space, so the
-  /// block and inode counts are 0, which `df` shows as sizes 0 and use `-`: unknown, not full
-  /// (a count of the nodes seen so far with none free would read as a full file system).
+  /// mount reports a fixed, large, empty file system: 1 TiB of blocks and 2³² inodes, all
+  /// free. Counts of 0 read as "no space" to programs that check before writing (installers,
+  /// databases, `cp` of a sparse file), and a full server still answers a write ENOSPC, which
+  /// reaches the writer. The numbers are a stand-in, not the server's disk.
   public func statfs(_ request: FuseRequest, inode: FuseInode) {
     var info = statvfs()
     info.f_bsize = 4096
     info.f_frsize = 4096
-    // A board's walk takes names of at most 63 bytes (facts §1.7).
-    info.f_namemax = pool.configuration.profile == .device ? 63 : 255
+    info.f_blocks = 1 << 28
+    info.f_bfree = info.f_blocks
+    info.f_bavail = info.f_blocks
+    info.f_files = 1 << 32
+    info.f_ffree = info.f_files
+    info.f_favail = info.f_files
+    info.f_namemax = UInt(nameLimit)
+    if options.readOnly { info.f_flag |= UInt(ST_RDONLY) }
     request.replyStatfs(info)
+  }
+
+  /// The longest name a new entry may have: a board's walk takes names of at most 63 bytes
+  /// (facts §1.7), other servers what Linux allows (NAME_MAX).
+  private var nameLimit: Int {
+    pool.configuration.profile == .device ? 63 : ListingCache.maxNameLength
   }
 
   // MARK: - Directories
@@ -288,6 +306,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   }
 
   public func mkdir(_ request: FuseRequest, parent: FuseInode, name: String, mode: mode_t) {
+    guard name.utf8.count <= nameLimit else { return reply(request, ENAMETOOLONG) }
     guard !options.readOnly else { return reply(request, EROFS) }
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
     answersInterrupts(request)
@@ -296,6 +315,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       listings.invalidate(directory.path)
       switch made {
       case .success(let stat):
+        inodes.entriesChanged(directory.inode)
         let node = inodes.record(path: directory.path + [name], kind: .directory, stat: stat)
         request.replyEntry(nodes.entry(for: node))
       case .failure(let error):
@@ -313,12 +333,19 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   }
 
   private func removeEntry(_ request: FuseRequest, parent: FuseInode, name: String) {
+    guard name.utf8.count <= ListingCache.maxNameLength else {
+      return reply(request, ENAMETOOLONG)
+    }
     guard !options.readOnly else { return reply(request, EROFS) }
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
     answersInterrupts(request)
     remote.remove(directory.path + [name]) { [self] result in
       listings.invalidate(directory.path)
       listings.forgetSubtree(directory.path + [name])
+      if case .success = result {
+        inodes.unlink(directory.path + [name])
+        inodes.entriesChanged(directory.inode)
+      }
       request.replyError(result.errnoValue)
     }
   }
@@ -327,6 +354,9 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     _ request: FuseRequest, parent: FuseInode, name: String, newParent: FuseInode,
     newName: String, flags: FuseRenameFlags
   ) {
+    guard name.utf8.count <= ListingCache.maxNameLength, newName.utf8.count <= nameLimit else {
+      return reply(request, ENAMETOOLONG)
+    }
     guard !options.readOnly else { return reply(request, EROFS) }
     // 9P renames only within a directory (Twstat of the name).
     guard parent == newParent else { return reply(request, EXDEV) }
@@ -340,6 +370,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       switch result {
       case .success:
         inodes.move(from: directory.path + [name], to: directory.path + [newName])
+        inodes.entriesChanged(directory.inode)
         request.replyError(0)
       case .failure(let error):
         request.replyError(error.errno == EIO ? EPERM : error.errno)
@@ -404,6 +435,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   public func create(
     _ request: FuseRequest, parent: FuseInode, name: String, mode: mode_t, file: FuseFileInfo
   ) {
+    guard name.utf8.count <= nameLimit else { return reply(request, ENAMETOOLONG) }
     guard !options.readOnly else { return reply(request, EROFS) }
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
     let path = directory.path + [name]
@@ -429,6 +461,49 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     FileHandle.create(
       request, in: directory.path, name: name, permissions: UInt32(mode), info: info, tree: tree,
       remote: remote, handles: handles)
+  }
+
+  /// `mknod`: a regular file is made as `create` makes one, then closed. 9P2000 has no
+  /// FIFOs, sockets or device nodes: EPERM, as Linux file systems that cannot hold them say
+  /// (a socket's `bind` comes here too).
+  public func mknod(
+    _ request: FuseRequest, parent: FuseInode, name: String, mode: mode_t, device: dev_t
+  ) {
+    guard name.utf8.count <= nameLimit else { return reply(request, ENAMETOOLONG) }
+    guard !options.readOnly else { return reply(request, EROFS) }
+    guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
+    guard mode & S_IFMT == S_IFREG, !classifier.isBoardRoom(directory.path),
+      !classifier.isChatDirectory(directory.path)
+    else { return reply(request, EPERM) }
+    answersInterrupts(request)
+    remote.create(
+      in: directory.path, name: name, permissions: UInt32(mode) & 0o777, mode: .read
+    ) { [self] created in
+      listings.invalidate(directory.path)
+      switch created {
+      case .failure(let error):
+        request.replyError(error.errno)
+      case .success(let (file, stat)):
+        file.close()
+        inodes.entriesChanged(directory.inode)
+        let node = inodes.record(path: directory.path + [name], kind: .file, stat: stat)
+        request.replyEntry(nodes.entry(for: node))
+      }
+    }
+  }
+
+  /// 9P2000 has no symbolic links: EPERM, as `ln -s` hears from a Linux file system without.
+  public func symlink(_ request: FuseRequest, target: String, parent: FuseInode, name: String) {
+    guard name.utf8.count <= nameLimit else { return reply(request, ENAMETOOLONG) }
+    reply(request, options.readOnly ? EROFS : EPERM)
+  }
+
+  /// 9P2000 has no hard links: EPERM, as `link(2)` says where a file system has none.
+  public func link(
+    _ request: FuseRequest, inode: FuseInode, newParent: FuseInode, newName: String
+  ) {
+    guard newName.utf8.count <= nameLimit else { return reply(request, ENAMETOOLONG) }
+    reply(request, options.readOnly ? EROFS : EPERM)
   }
 
   public func read(
