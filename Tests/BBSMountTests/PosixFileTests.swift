@@ -44,7 +44,8 @@ final class PosixFileTests: XCTestCase {
       print(len(data), data == ''.join(chr(97 + i) * 100 for i in range(10)))
       """
     XCTAssertEqual(try python(rig, script, [rig.path("files/log.txt")]), "1000\n1000 True\n")
-    XCTAssertEqual(try FileManager.default.attributesOfItem(atPath: area + "/log.txt")[.size] as? Int, 1000)
+    XCTAssertEqual(
+      try FileManager.default.attributesOfItem(atPath: area + "/log.txt")[.size] as? Int, 1000)
     rig.assertNoViolations()
   }
 
@@ -98,7 +99,8 @@ final class PosixFileTests: XCTestCase {
     try sh("ls \(rig.path("files")) > /dev/null")
     try "first\n".write(toFile: area + "/late.txt", atomically: false, encoding: .utf8)
     try sh("echo second >> \(rig.path("files/late.txt"))")
-    XCTAssertEqual(try String(contentsOfFile: area + "/late.txt", encoding: .utf8), "first\nsecond\n")
+    XCTAssertEqual(
+      try String(contentsOfFile: area + "/late.txt", encoding: .utf8), "first\nsecond\n")
     rig.assertNoViolations()
   }
 
@@ -150,7 +152,8 @@ final class PosixFileTests: XCTestCase {
     }
     try "x".write(toFile: area + "/unlink/victim", atomically: false, encoding: .utf8)
     try "x".write(toFile: area + "/rename/before", atomically: false, encoding: .utf8)
-    try sh("touch -d '2001-01-01 00:00:00' \(area)/create \(area)/unlink \(area)/mkdir \(area)/rename")
+    try sh(
+      "touch -d '2001-01-01 00:00:00' \(area)/create \(area)/unlink \(area)/mkdir \(area)/rename")
     let files = rig.path("files")
     // The mount sees the old times first.
     try sh("ls -lR \(files) > /dev/null")

@@ -56,6 +56,8 @@ final class ListingCache: @unchecked Sendable {
   private var fetching: [[String]: [Waiter]] = [:]
   /// When each listing in `fetching` was asked for.
   private var requested: [[String]: ContinuousClock.Instant] = [:]
+  /// Listings on their way that were invalidated meanwhile (see ``invalidate(_:)``).
+  private var invalidated: [[String]: ContinuousClock.Instant] = [:]
   private var open: [[String]: OpenDirectory] = [:]
   private let sessions: SessionProvider
   private let linkIsUp: @Sendable () -> Bool
@@ -119,9 +121,13 @@ final class ListingCache: @unchecked Sendable {
   }
 
   /// Forgets a listing (after a create, remove or rename in that directory).
+  ///
+  /// A listing already on its way was asked for before the change: it still answers those
+  /// waiting for it, but is not kept (the next caller fetches afresh and sees the change).
   func invalidate(_ path: [String]) {
     lock.lock()
     entries[path] = nil
+    if fetching[path] != nil { invalidated[path] = .now }
     lock.unlock()
   }
 
@@ -248,7 +254,9 @@ final class ListingCache: @unchecked Sendable {
   private func provisional(_ path: [String], _ stats: [Stat]) {
     lock.lock()
     let asked = requested[path] ?? .now
-    entries[path] = Entry(stats: stats, fetched: .now, requested: asked, complete: false)
+    if invalidated[path] == nil {
+      entries[path] = Entry(stats: stats, fetched: .now, requested: asked, complete: false)
+    }
     let waiting = fetching[path] ?? []
     fetching[path] = waiting.filter(\.needsComplete)
     lock.unlock()
@@ -259,8 +267,11 @@ final class ListingCache: @unchecked Sendable {
   private func finish(_ path: [String], _ listed: Result<[Stat], NinePError>) {
     lock.lock()
     let asked = requested.removeValue(forKey: path) ?? .now
+    let outdated = invalidated.removeValue(forKey: path) != nil
     var result = listed.map { Listing(stats: $0, requested: asked) }
     switch listed {
+    case .success where outdated:
+      entries[path] = nil
     case .success(let stats):
       entries[path] = Entry(stats: stats, fetched: .now, requested: asked, complete: true)
     case .failure(let error) where error.isLinkFailure:

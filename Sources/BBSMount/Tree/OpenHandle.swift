@@ -164,7 +164,8 @@ final class FileHandle: OpenHandle {
       tree.listings.invalidate(directory)
       switch created {
       case .failure(let error) where error.errno == EEXIST && info.flags & O_EXCL == 0:
-        openExisting(request, path, mode: mode, info: info, tree: tree, remote: remote, handles: handles)
+        openExisting(
+          request, path, mode: mode, info: info, tree: tree, remote: remote, handles: handles)
       case .failure(let error):
         request.replyError(error.errno)
       case .success(let (file, stat)):
@@ -172,7 +173,8 @@ final class FileHandle: OpenHandle {
         let node = tree.inodes.record(path: path, kind: .file, stat: stat)
         // The mount made it: its size is known, and the page cache serves it (see open).
         tree.inodes.resized(node.inode, to: 0, modified: stat.mtime)
-        reply(request, file: file, node: node, info: info, tree: tree, remote: remote, handles: handles)
+        reply(
+          request, file: file, node: node, info: info, tree: tree, remote: remote, handles: handles)
       }
     }
   }
