@@ -121,14 +121,14 @@ final class FileHandle: OpenHandle {
       case .success(let file):
         var info = info
         if openMode.truncates { tree.inodes.resized(node.inode, to: 0) }
-        // Sizes of 9BBS files are 0 or the body only: bypass the page cache unless the
-        // server gives a real size or the mount keeps it (a file it writes: LocalChange). A
-        // board message's listed size is its body alone, while reading it gives headers, body
-        // and signature: through the page cache `cat` would stop at the body's length, cutting
-        // the message short. Writers go through the page cache so that a shared writable
-        // mmap works (FUSE refuses one on a direct-I/O open: SQLite's -shm, LMDB).
+        // Sizes of 9BBS files are 0 or the body only: readers bypass the page cache unless
+        // the server gives a real size. A board message's listed size is its body alone, while
+        // reading it gives headers, body and signature: through the page cache `cat` would
+        // stop at the body's length, cutting the message short. Writers go through the page
+        // cache (their size is the mount's own: LocalChange), so that a shared writable mmap
+        // works: FUSE refuses one on a direct-I/O open (SQLite's -shm, LMDB).
         let length = node.stat?.length ?? 0
-        let knowsSize = length > 0 || openMode.allowsWriting || node.local != nil
+        let knowsSize = length > 0 || openMode.allowsWriting
         info.directIO =
           !knowsSize || tree.attributes.classifier.isBoardRoom(Array(node.path.dropLast()))
         // Through the page cache, a second read of an unchanged file comes from memory.
