@@ -77,7 +77,9 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       keptDirectories: pool.configuration.profile == .device ? 4 : 16, sessions: sessions,
       linkIsUp: { [pool] in pool.linkState == .up }, logger: logger)
     self.listings = listings
-    feeds = RoomFeeds(pool: pool, historyDirectory: historyDirectory, logger: logger) {
+    feeds = RoomFeeds(
+      pool: pool, historyDirectory: historyDirectory, rawText: options.rawText, logger: logger
+    ) {
       [handles] feed in
       for (_, room) in handles.all(RoomHandle.self) where room.feed === feed { room.notifyPoll() }
     }

@@ -15,6 +15,9 @@ public struct MountOptions: Sendable {
   public var gid: UInt32
   /// Permission bits cleared from every mode shown (`-o umask=`, as sshfs).
   public var umask: UInt32 = 0
+  /// Room lines keep other users' control characters and escape sequences raw (`-o rawtext`);
+  /// off, they are shown as visible text (``VisibleControls``).
+  public var rawText = false
   /// The absolute mount point: tells a `tail -f` that follows only rooms from one that also
   /// follows files elsewhere (see ``RoomFollowing``). Nil: room `fstat`s never wait.
   public var mountpoint: String?

@@ -80,6 +80,11 @@ public final class Pool: @unchecked Sendable {
   private var nextWaiterID: UInt64 = 1
   private var link: LinkState = .down(reason: "not started")
   private var linkSince = Date()
+  /// Since when the server is known not to answer: its last message when the link was lost
+  /// to silence, else the moment it was lost. A request waits for the link only until this
+  /// plus its timeout, so a user's command (several requests in a row) waits `timeout=` in
+  /// all, not once per request.
+  private var unansweredSince = ContinuousClock.now
   private var reconnects = 0
   private var sessionGeneration: UInt64 = 0
   private var observers: [@Sendable (LinkState) -> Void] = []
@@ -270,13 +275,18 @@ public final class Pool: @unchecked Sendable {
       lock.unlock()
       return completion(.failure(.sessionClosed(reason: "unmounting")))
     }
+    let reason: String = if case .down(let why) = link { why } else { "link down" }
+    // What is left of the outage's timeout, but a moment at least: a server that just came
+    // back (thawed, restarted) is being re-dialled, and a command run then should find it.
+    let remaining = timeout.map {
+      max(unansweredSince.advanced(by: $0) - .now, min($0, Self.comebackGrace))
+    }
     let id = nextWaiterID
     nextWaiterID += 1
     upWaiters[id] = completion
-    let reason: String = if case .down(let why) = link { why } else { "link down" }
     lock.unlock()
-    guard let timeout else { return }
-    DispatchQueue.global().asyncAfter(deadline: .now() + timeout.timeInterval) { [self] in
+    guard let remaining else { return }
+    DispatchQueue.global().asyncAfter(deadline: .now() + remaining.timeInterval) { [self] in
       lock.lock()
       let waiter = upWaiters.removeValue(forKey: id)
       lock.unlock()
@@ -420,6 +430,10 @@ public final class Pool: @unchecked Sendable {
     for caller in callers { session(for: .stream, completion: caller) }
   }
 
+  /// The least a request waits for a lost link, even once the outage has lasted longer than
+  /// its timeout.
+  static let comebackGrace: Duration = .seconds(1)
+
   /// The longest wait for a stream session's version and attach.
   static let streamHandshake: Duration = .seconds(5)
 
@@ -453,6 +467,7 @@ public final class Pool: @unchecked Sendable {
     primarySession = nil
     link = .down(reason: reason)
     linkSince = Date()
+    unansweredSince = session.silentSince ?? .now
     let died = endpoint
     // A lost primary almost always means a lost link (a board out of radio range, a server
     // restart): the stream sessions go with it and are re-placed by their owners.
@@ -621,7 +636,7 @@ public final class Pool: @unchecked Sendable {
           let seconds = Int(silence.timeInterval.rounded())
           self.logger.warning(
             "keepalive: nothing from \(self.address) for \(seconds) s; the link counts as down")
-          session.close(reason: "no answer to keepalives for \(seconds) s")
+          session.close(reason: "no answer to keepalives for \(seconds) s", silent: true)
           continue
         }
         guard silence >= interval else { continue }

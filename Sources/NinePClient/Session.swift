@@ -116,6 +116,9 @@ public final class Session: @unchecked Sendable {
     var nextFid: Fid = 1
     var discipline: WireDiscipline
     var closedReason: String?
+    /// Set when the session closed because the server stopped answering: since when it had
+    /// been silent (its last message).
+    var silentSince: ContinuousClock.Instant?
     var statistics = SessionStatistics()
     var loggedOversize = false
     /// When the sleeping writer will look again by itself; nil while it runs or sleeps until
@@ -461,6 +464,14 @@ public final class Session: @unchecked Sendable {
     return stats
   }
 
+  /// When a session closed because its server stopped answering: the server's last message.
+  /// Nil while open, or when it closed for another reason.
+  public var silentSince: ContinuousClock.Instant? {
+    condition.lock()
+    defer { condition.unlock() }
+    return state.silentSince
+  }
+
   /// When the server last sent anything on this session (a reply, an error, an Rflush).
   public var lastReceived: ContinuousClock.Instant {
     condition.lock()
@@ -504,13 +515,16 @@ public final class Session: @unchecked Sendable {
   }
 
   /// Closes the transport and fails every pending request with `.sessionClosed(reason)`.
-  public func close(reason: String = "closed by the client") {
+  /// `silent`: the server stopped answering (its last message then counts as the start of
+  /// the outage, see ``silentSince``).
+  public func close(reason: String = "closed by the client", silent: Bool = false) {
     condition.lock()
     guard state.closedReason == nil else {
       condition.unlock()
       return
     }
     state.closedReason = reason
+    if silent { state.silentSince = state.lastReceived }
     let pending = Array(state.byID.values).sorted { $0.id < $1.id }
     state.byID.removeAll()
     state.queue.removeAll()
@@ -557,7 +571,7 @@ public final class Session: @unchecked Sendable {
         condition.unlock()
         for request in expired { request.completion?(.failure(.timedOut)) }
         logger.error("no reply to \(unanswered) in time; closing the session")
-        close(reason: "the server stopped answering (no reply to \(unanswered))")
+        close(reason: "the server stopped answering (no reply to \(unanswered))", silent: true)
         return
       }
       if !expired.isEmpty {

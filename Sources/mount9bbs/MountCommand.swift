@@ -125,7 +125,11 @@ struct MountCommand: ParsableCommand {
         umask=MODE            permission bits to clear, octal (e.g. 077)
         idmap=user            accepted for sshfs: files are always shown as yours
         ro, rw                read-only or read-write mount
-        allow_other           let other users in (turns on default_permissions)
+        allow_other           let other users read (turns on default_permissions); only \
+      you write and post
+        allow_other_write     let other users in to write and post too, as you
+        rawtext               room lines keep other users' control characters and escape \
+      sequences raw (default: shown as visible text, e.g. \\x1B)
         default_permissions   let the kernel check the modes
         nonempty              allow a non-empty mount point
         debug                 as -d

@@ -98,7 +98,14 @@ struct MountDaemon {
 
     var mountOptions = MountOptions(uid: options.uid ?? getuid(), gid: options.gid ?? getgid())
     mountOptions.umask = options.umask ?? 0
+    if options.allowOther && !options.allowOtherWrite {
+      // Everything written through the mount is said by the mounting user's proven identity:
+      // other users read, and only the owner writes (the kernel checks the modes, as
+      // allow_other turns default_permissions on).
+      mountOptions.umask |= 0o022
+    }
     mountOptions.readOnly = options.readOnly
+    mountOptions.rawText = options.rawText
     mountOptions.streamGlobs = options.streamGlobs
     // As /proc shows it in a process's open files: symbolic links resolved.
     mountOptions.mountpoint = realpath(mountpoint, nil).map { resolved in

@@ -12,7 +12,12 @@ struct ParsedOptions {
   var sessions: Int?
   var readOnly = false
   var allowOther = false
+  /// With `allow_other`, other users may also write (post, create, change files), all under
+  /// the mounting user's identity (`allow_other_write`). Off: they only read.
+  var allowOtherWrite = false
   var defaultPermissions = false
+  /// Room lines keep other users' control characters raw (`rawtext`).
+  var rawText = false
   var timeout: Duration = .seconds(30)
   var streamGlobs: [String] = []
   var allowNonEmpty = false
@@ -138,7 +143,12 @@ struct ParsedOptions {
         allowOther = true
         // Other users reach the files: let the kernel check the modes.
         defaultPermissions = true
+      case "allow_other_write":
+        allowOtherWrite = true
+        allowOther = true
+        defaultPermissions = true
       case "default_permissions": defaultPermissions = true
+      case "rawtext": rawText = true
       case "timeout": timeout = .seconds(try number(1...86400))
       case "stream": streamGlobs.append(try required())
       case "nonempty": allowNonEmpty = true

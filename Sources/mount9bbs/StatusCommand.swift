@@ -41,9 +41,9 @@ struct StatusCommand: ParsableCommand {
     } catch {
       let reason =
         MountTable.type(at: absolute) == MountTable.ownType
-        ? "its daemon does not answer (\(error)); was it killed? `mount9bbs -u \(mountpoint)` removes it"
+        ? "its daemon does not answer (\(error)); was it killed? Remove the mount with: mount9bbs -u \(TerminalText.shellQuoted(mountpoint))"
         : "nothing is mounted there by mount9bbs"
-      Diagnostics.fail("mount9bbs: \(mountpoint): \(reason)")
+      Diagnostics.fail("mount9bbs: \(TerminalText.escaped(mountpoint)): \(reason)")
       throw ExitCode(1)
     }
     try show(data)
@@ -62,7 +62,7 @@ struct StatusCommand: ParsableCommand {
         let data = try? ControlSocket.request(record.controlPath)
       else {
         Diagnostics.fail(
-          "mount9bbs: \(mount.mountpoint): its daemon does not answer; `mount9bbs -u \(mount.mountpoint)` removes it"
+          "mount9bbs: \(TerminalText.escaped(mount.mountpoint)): its daemon does not answer; remove the mount with: mount9bbs -u \(TerminalText.shellQuoted(mount.mountpoint))"
         )
         failed = true
         continue

@@ -14,6 +14,8 @@ import TestSupport
 /// - `badsize/`: a listing with an entry whose size field disagrees with it, and good ones;
 /// - `endless/`: a directory every read of which brings new entries;
 /// - `longname/`: a listing with a 300-byte name, then `short`;
+/// - `turncoat`: an ordinary file that, while ``lie(_:)`` is on, walks, stats and listings
+///   all call a directory (as a server that swapped two qids);
 /// - ``stall(_:)``: while on, nothing is answered (as a server stopped with SIGSTOP); turned
 ///   off, what waited is answered.
 ///
@@ -28,6 +30,7 @@ final class HostileServer: @unchecked Sendable {
   private var connections: [SocketTransport] = []
   private var stalled: [(connection: Connection, tag: Tag, message: Message)] = []
   private var stalling = false
+  private var lying = false
   private var counts: [String: Int] = [:]
   private var closed = false
 
@@ -58,6 +61,19 @@ final class HostileServer: @unchecked Sendable {
       return on ? [] : stalled
     }
     for (connection, tag, message) in waiting { connection.answer(tag, message) }
+  }
+
+  /// While on, `turncoat` is a directory to every walk, stat and listing.
+  func lie(_ on: Bool) { lock.withLock { lying = on } }
+
+  /// The entry of `path` as the server tells it now ("" is the root).
+  func stat(_ path: String) -> Stat? {
+    guard var stat = Self.nodes[path] else { return nil }
+    if path == "turncoat" && lock.withLock({ lying }) {
+      stat.qid = Qid(type: .directory, path: stat.qid.path)
+      stat.mode = Self.directoryMode
+    }
+    return stat
   }
 
   /// Requests left unanswered by ``stall(_:)`` so far.
@@ -119,6 +135,7 @@ final class HostileServer: @unchecked Sendable {
     add("huge", fileMode, length: .max)
     add("locked", directoryMode)
     add("liar", fileMode, qid: .directory)
+    add("turncoat", fileMode, length: 11)
     for directory in ["badname", "badsize", "endless", "longname"] { add(directory, directoryMode) }
     add("badname/ok", fileMode)
     add("badsize/first", fileMode)
@@ -128,12 +145,16 @@ final class HostileServer: @unchecked Sendable {
   }()
 
   static let contents: [String: [UInt8]] = [
-    "etc/motd": Array("hello\n".utf8), "liar": Array("this is text, not stat entries\n".utf8),
+    "etc/motd": Array("hello\n".utf8), "turncoat": Array("plain text\n".utf8),
+    "liar": Array("this is text, not stat entries\n".utf8),
   ]
 
   /// Directory contents as a directory read returns them (nil: the path's children).
-  static func listing(_ path: String) -> [UInt8] {
-    func entry(_ child: String) -> [UInt8] { nodes[child]?.encoded() ?? [] }
+  func listing(_ path: String) -> [UInt8] {
+    func entry(_ child: String) -> [UInt8] { stat(child)?.encoded() ?? [] }
+    let nodes = Self.nodes
+    let fileMode = Self.fileMode
+    let longName = Self.longName
     switch path {
     case "badname":
       // Encoded with a placeholder name of the same length, then made invalid UTF-8.
@@ -228,7 +249,7 @@ private final class Connection: @unchecked Sendable {
       var qids: [Qid] = []
       for name in names {
         let next = current.isEmpty ? name : current + "/" + name
-        guard let stat = HostileServer.nodes[next] else { break }
+        guard let stat = server.stat(next) else { break }
         qids.append(stat.qid)
         current = next
       }
@@ -238,13 +259,13 @@ private final class Connection: @unchecked Sendable {
       lock.withLock { fids[newfid] = current }
       send(tag, .rwalk(qids: qids))
     case .topen(let fid, _):
-      guard let path = path(fid), let stat = HostileServer.nodes[path] else {
+      guard let path = path(fid), let stat = server.stat(path) else {
         return send(tag, .rerror(ename: "unknown fid"))
       }
       server.record("Topen", path)
       send(tag, .ropen(qid: stat.qid, iounit: 0))
     case .tread(let fid, let offset, let count):
-      guard let path = path(fid), let stat = HostileServer.nodes[path] else {
+      guard let path = path(fid), let stat = server.stat(path) else {
         return send(tag, .rerror(ename: "unknown fid"))
       }
       server.record("Tread", path)
@@ -256,7 +277,7 @@ private final class Connection: @unchecked Sendable {
         // Fresh entries at every offset: never an empty read.
         return send(tag, .rread(data: HostileServer.endlessRead(offset: offset, count: count)[...]))
       case _ where stat.qid.isDirectory && path != "liar":
-        data = offset == 0 ? HostileServer.listing(path) : []
+        data = offset == 0 ? server.listing(path) : []
       default:
         data = HostileServer.contents[path] ?? []
       }
@@ -264,7 +285,7 @@ private final class Connection: @unchecked Sendable {
       let end = min(data.count, start + Int(count))
       send(tag, .rread(data: ArraySlice(data[start..<end])))
     case .tstat(let fid):
-      guard let path = path(fid), let stat = HostileServer.nodes[path] else {
+      guard let path = path(fid), let stat = server.stat(path) else {
         return send(tag, .rerror(ename: "unknown fid"))
       }
       server.record("Tstat", path)

@@ -35,6 +35,8 @@ final class RoomFeed: @unchecked Sendable {
   private var backoff: Duration = .zero
   /// Set for a while after a reconnect, to drop lines the transcript already has.
   private var dedupe: ReplayFilter?
+  /// Makes other users' control characters visible (nil with `-o rawtext`).
+  private var controls: VisibleControls?
   /// Set once the server answered a caught-up read with nothing at once (a board that does
   /// not park reads). Such a board (Gen-1) keys every reader's place by its last writer, so
   /// a new author replays the whole ring: exact copies of recent lines are dropped.
@@ -66,14 +68,21 @@ final class RoomFeed: @unchecked Sendable {
   /// Lines kept on disk between mounts (nil: this mount keeps none).
   private let history: RoomHistory?
 
-  init(room: String, path: [String], pool: Pool, history: RoomHistory? = nil, logger: Logger) {
+  init(
+    room: String, path: [String], pool: Pool, history: RoomHistory? = nil,
+    rawText: Bool = false, logger: Logger
+  ) {
     self.room = room
     self.path = path
     self.pool = pool
     self.history = history
     self.logger = logger
+    controls = rawText ? nil : VisibleControls()
     if let history {
-      let (kept, modified) = history.load()
+      let (loaded, modified) = history.load()
+      // Kept by a mount that may have had `rawtext`: made visible like what comes in.
+      var visible = VisibleControls()
+      let kept = rawText ? loaded : visible.escape(loaded) + visible.finish()
       if !kept.isEmpty {
         // The last mount's lines: the room opens at once with them, and the server, which
         // may have restarted since, could send some of them again.
@@ -316,6 +325,11 @@ final class RoomFeed: @unchecked Sendable {
       logger.debug("room feed \(room): the server answers caught-up reads at once; polling")
     }
     if dedupe?.isExpired == true { dedupe = nil }
+    // Visible first: the filters compare lines with the transcript's, which are visible.
+    if var visible = controls {
+      data = visible.escape(data)
+      controls = visible
+    }
     data = drop(data, through: &echoes, "bytes the board sent again")
     data = drop(data, through: &dedupe, "replayed bytes")
     transcript.append(data)

@@ -17,6 +17,8 @@ import NinePClient
 final class RoomFeeds: @unchecked Sendable {
   private let pool: Pool
   private let historyDirectory: String?
+  /// Other users' control characters reach readers raw (`-o rawtext`).
+  private let rawText: Bool
   private let logger: Logger
   private let lock = NSLock()
   private var feeds: [[String]: RoomFeed] = [:]
@@ -24,11 +26,12 @@ final class RoomFeeds: @unchecked Sendable {
   private let onGrowth: @Sendable (RoomFeed) -> Void
 
   init(
-    pool: Pool, historyDirectory: String?, logger: Logger,
+    pool: Pool, historyDirectory: String?, rawText: Bool = false, logger: Logger,
     onGrowth: @escaping @Sendable (RoomFeed) -> Void
   ) {
     self.pool = pool
     self.historyDirectory = historyDirectory
+    self.rawText = rawText
     self.logger = logger
     self.onGrowth = onGrowth
   }
@@ -45,7 +48,8 @@ final class RoomFeeds: @unchecked Sendable {
     let history = historyDirectory.flatMap {
       RoomHistory(directory: $0, room: path.joined(separator: "."), logger: logger)
     }
-    let feed = RoomFeed(room: room, path: path, pool: pool, history: history, logger: logger)
+    let feed = RoomFeed(
+      room: room, path: path, pool: pool, history: history, rawText: rawText, logger: logger)
     feed.onGrowth = { [weak feed, onGrowth] in
       guard let feed else { return }
       onGrowth(feed)

@@ -42,7 +42,11 @@ final class InodeTable: @unchecked Sendable {
     return byPath[path]
   }
 
-  /// Records what is known of `path`, keeping its inode number if it had one.
+  /// Records what is known of `path`, keeping its inode number if it had one of the same
+  /// type. A path that turns from a directory into a file or back (a server that lied, or a
+  /// name removed and made again as the other type) gets a new number: the kernel marks an
+  /// inode whose type changes bad for good, so the old number keeps its old type (the kernel
+  /// may still ask for it) and lookups hand out the new one.
   ///
   /// - Parameter asked: when the server was asked for `stat`. The mount's own changes
   ///   (``LocalChange``) stay over an entry asked for before they landed.
@@ -54,7 +58,9 @@ final class InodeTable: @unchecked Sendable {
     defer { lock.unlock() }
     let inode: FuseInode
     var local: LocalChange?
-    if let known = byPath[path] {
+    if let known = byPath[path],
+      (byInode[known]?.kind == .directory) == (kind == .directory)
+    {
       inode = known
       local = byInode[known]?.local
       if let change = local, change.isSuperseded(byEntryAskedAt: asked) { local = nil }

@@ -209,16 +209,17 @@ final class ListingCache: @unchecked Sendable {
       early: { [self] stats in provisional(path, acceptable(stats, in: path, quietly: true)) }
     ) { [self] listed in
       if case .failure(let error) = listed, !error.isLinkFailure {
-        // Never keep a fid that failed. Only one kept from before may be stale (the server
-        // forgot it): open the directory anew, once. A fresh one failing is the answer:
-        // trying again would loop for as long as the server refuses.
+        // Never keep a fid that failed. Only one kept from before that the server refused
+        // may be stale (it forgot it): open the directory anew, once. A fresh one failing
+        // is the answer: trying again would loop for as long as the server refuses. A
+        // timeout is never retried: the caller has waited the whole `timeout=` already.
         if kept {
           lock.lock()
           if open[path]?.fid == fid && open[path]?.session === session { open[path] = nil }
           lock.unlock()
         }
         session.clunk(fid)
-        if reused { return fetch(path, on: session) }
+        if reused, case .server = error { return fetch(path, on: session) }
         logger.warning("cannot list /\(path.joined(separator: "/")): \(error)")
         return finish(path, .failure(error))
       }

@@ -1,0 +1,120 @@
+/// Other users' control characters in room lines, made visible: what reaches a reader's
+/// terminal through `tail -f` or `cat` of a room is text, never a command to the terminal.
+///
+/// A line on a board is anyone's bytes. Raw, `ESC [ 31 m` recolours every reader's terminal,
+/// `ESC ] 0 ; … BEL` retitles it, `CR` moves the cursor back over the real author's name, and
+/// a bidirectional override reorders what follows it. So every C0 control but tab and newline,
+/// DEL, every C1 control (U+0080–U+009F, in UTF-8 or as a lone byte), every byte that is not
+/// UTF-8 and every bidirectional override is written out as `\x1B` or `\u{202E}`. Tab, newline
+/// and all other UTF-8 text pass unchanged. (`-o rawtext` turns this off.)
+///
+/// Data comes in pieces (one reply at a time): a UTF-8 sequence cut at the end of a piece is
+/// kept (3 bytes at most) and finished with the next.
+struct VisibleControls: Sendable {
+  private var pending: [UInt8] = []
+
+  /// `data` with its controls made visible.
+  mutating func escape(_ data: [UInt8]) -> [UInt8] {
+    let input = pending.isEmpty ? data : pending + data
+    pending.removeAll()
+    var output: [UInt8] = []
+    output.reserveCapacity(input.count)
+    var index = 0
+    while index < input.count {
+      let byte = input[index]
+      if byte < 0x80 {
+        if byte == 0x09 || byte == 0x0A || (byte >= 0x20 && byte != 0x7F) {
+          output.append(byte)
+        } else {
+          Self.appendEscape(byte, to: &output)
+        }
+        index += 1
+        continue
+      }
+      switch Self.sequence(in: input, at: index) {
+      case .incomplete:
+        pending = Array(input[index...])
+        return output
+      case .invalid:
+        Self.appendEscape(byte, to: &output)
+        index += 1
+      case .scalar(let value, let length):
+        if (0x80...0x9F).contains(value) {
+          Self.appendEscape(UInt8(value), to: &output)
+        } else if Self.isBidirectionalControl(value) {
+          output += Array("\\u{\(Self.hex(value, width: 4))}".utf8)
+        } else {
+          output += input[index..<(index + length)]
+        }
+        index += length
+      }
+    }
+    return output
+  }
+
+  /// What is held of a cut sequence, escaped byte by byte: the data ended there for good.
+  mutating func finish() -> [UInt8] {
+    var output: [UInt8] = []
+    for byte in pending { Self.appendEscape(byte, to: &output) }
+    pending.removeAll()
+    return output
+  }
+
+  private enum Sequence {
+    case scalar(UInt32, length: Int)
+    case invalid
+    /// A valid start that the data ends in the middle of.
+    case incomplete
+  }
+
+  /// The UTF-8 sequence at `index` (whose first byte is ≥ 0x80), by RFC 3629's table: no
+  /// overlong forms, no surrogates, nothing past U+10FFFF.
+  private static func sequence(in bytes: [UInt8], at index: Int) -> Sequence {
+    let lead = bytes[index]
+    let length: Int
+    var second: ClosedRange<UInt8> = 0x80...0xBF
+    switch lead {
+    case 0xC2...0xDF: length = 2
+    case 0xE0:
+      length = 3
+      second = 0xA0...0xBF
+    case 0xE1...0xEC, 0xEE...0xEF: length = 3
+    case 0xED:
+      length = 3
+      second = 0x80...0x9F
+    case 0xF0:
+      length = 4
+      second = 0x90...0xBF
+    case 0xF1...0xF3: length = 4
+    case 0xF4:
+      length = 4
+      second = 0x80...0x8F
+    default: return .invalid
+    }
+    var value = UInt32(lead) & (length == 2 ? 0x1F : length == 3 ? 0x0F : 0x07)
+    for offset in 1..<length {
+      guard index + offset < bytes.count else { return .incomplete }
+      let next = bytes[index + offset]
+      let allowed = offset == 1 ? second : 0x80...0xBF
+      guard allowed.contains(next) else { return .invalid }
+      value = value << 6 | UInt32(next & 0x3F)
+    }
+    return .scalar(value, length: length)
+  }
+
+  private static func isBidirectionalControl(_ value: UInt32) -> Bool {
+    switch value {
+    case 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
+    default: false
+    }
+  }
+
+  private static func appendEscape(_ byte: UInt8, to output: inout [UInt8]) {
+    output += Array("\\x\(hex(UInt32(byte), width: 2))".utf8)
+  }
+
+  private static func hex(_ value: UInt32, width: Int) -> String {
+    let digits = String(value, radix: 16, uppercase: true)
+    return String(repeating: "0", count: max(0, width - digits.count)) + digits
+  }
+}
