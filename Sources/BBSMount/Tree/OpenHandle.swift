@@ -127,8 +127,8 @@ final class FileHandle: OpenHandle {
         // stop at the body's length, cutting the message short. Readers and writers go
         // through the page cache (a writer's size is the mount's own: LocalChange), so that a
         // shared writable mmap works: FUSE refuses one on a direct-I/O open (SQLite's -shm,
-        // LMDB). Write-only opens stay direct: they cannot be mapped, and `cp` into the mount
-        // moves ~15 % faster without the page cache's copy.
+        // LMDB). Write-only opens stay direct: they cannot be mapped, and `cp`
+        // into the mount keeps its speed without the page cache's copy.
         let length = node.stat?.length ?? 0
         let knowsSize = length > 0 || openMode.allowsWriting
         info.directIO =
