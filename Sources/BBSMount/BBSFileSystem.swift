@@ -135,6 +135,14 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     connection.want.insert(.readdirplus)
     connection.want.insert(.atomicOTrunc)
     connection.want.insert(.asyncRead)
+    // No writeback cache. With it the kernel keeps a regular file's size and mtime itself and
+    // ignores the server's (fuse_get_cache_mask), so a file another client replaced or grew
+    // keeps its old size here for as long as the inode is cached, and the kernel reads pages
+    // through descriptors opened write-only, which a 9P fid opened OWRITE refuses. Measured
+    // (tcp, debug build, 64 MiB cp three times): 214/160/241 MiB/s with it, 228/187/291
+    // without; fsx passed both ways; LargeFileTests' file changed on the server and
+    // `echo >> f` of a file made elsewhere failed with it. Sizes and times follow the mount's
+    // own writes without it (LocalChange), and WriteBehind already keeps writes in flight.
     connection.want.remove(.writebackCache)
     // Kept pages (keep_cache) are dropped when a refreshed size or mtime differs.
     connection.want.insert(.autoInvalidateData)
@@ -156,6 +164,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
 
   public func lookup(_ request: FuseRequest, parent: FuseInode, name: String) {
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
+    guard name.utf8.count <= ListingCache.maxNameLength else { return reply(request, ENAMETOOLONG) }
     answersInterrupts(request)
     tree.lookup(directory.path, name) { [self] found in
       switch found {
@@ -174,8 +183,9 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       return
     }
     if case .room = node.kind { return getattrRoom(request, node, file: file) }
-    if node.inode == .root || node.fetched.duration(to: .now) < options.attributeTimeout
-      || nodes.isLocal(node.kind)
+    // An unlinked node (fstat of a file removed while open) has only what the mount knows.
+    if node.inode == .root || node.unlinked
+      || node.fetched.duration(to: .now) < options.attributeTimeout || nodes.isLocal(node.kind)
     {
       request.replyAttr(nodes.attributes(for: node), timeout: nodes.timeout(for: node))
       return
@@ -185,9 +195,11 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       switch result {
       case .success(let fresh):
         request.replyAttr(nodes.attributes(for: fresh), timeout: nodes.timeout(for: fresh))
-      case .failure(let error) where error.isLinkFailure:
-        // Link down: what the mount knows beats an error.
-        request.replyAttr(nodes.attributes(for: node), timeout: nodes.timeout(for: node))
+      case .failure(let error) where error.isLinkFailure || file != nil:
+        // Link down, or an open file gone from the server (fstat): what the mount knows
+        // beats an error.
+        let known = inodes.node(inode) ?? node
+        request.replyAttr(nodes.attributes(for: known), timeout: nodes.timeout(for: known))
       case .failure(let error): request.replyError(error.errno)
       }
     }
@@ -223,15 +235,29 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   }
 
   /// `df` and `statfs(2)`. 9P2000 has no request for a server's size or free space, so the
-  /// block and inode counts are 0, which `df` shows as sizes 0 and use `-`: unknown, not full
-  /// (a count of the nodes seen so far with none free would read as a full file system).
+  /// mount reports a fixed, large, empty file system: 1 TiB of blocks and 2³² inodes, all
+  /// free. Counts of 0 read as "no space" to programs that check before writing (installers,
+  /// databases, `cp` of a sparse file), and a full server still answers a write ENOSPC, which
+  /// reaches the writer. The numbers are a stand-in, not the server's disk.
   public func statfs(_ request: FuseRequest, inode: FuseInode) {
     var info = statvfs()
     info.f_bsize = 4096
     info.f_frsize = 4096
-    // A board's walk takes names of at most 63 bytes (facts §1.7).
-    info.f_namemax = pool.configuration.profile == .device ? 63 : 255
+    info.f_blocks = 1 << 28
+    info.f_bfree = info.f_blocks
+    info.f_bavail = info.f_blocks
+    info.f_files = 1 << 32
+    info.f_ffree = info.f_files
+    info.f_favail = info.f_files
+    info.f_namemax = UInt(nameLimit)
+    if options.readOnly { info.f_flag |= UInt(ST_RDONLY) }
     request.replyStatfs(info)
+  }
+
+  /// The longest name a new entry may have: a board's walk takes names of at most 63 bytes
+  /// (facts §1.7), other servers what Linux allows (NAME_MAX).
+  private var nameLimit: Int {
+    pool.configuration.profile == .device ? 63 : ListingCache.maxNameLength
   }
 
   // MARK: - Directories
@@ -291,6 +317,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   }
 
   public func mkdir(_ request: FuseRequest, parent: FuseInode, name: String, mode: mode_t) {
+    guard name.utf8.count <= nameLimit else { return reply(request, ENAMETOOLONG) }
     guard !options.readOnly else { return reply(request, EROFS) }
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
     answersInterrupts(request)
@@ -299,6 +326,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       listings.invalidate(directory.path)
       switch made {
       case .success(let stat):
+        inodes.entriesChanged(directory.inode)
         let node = inodes.record(path: directory.path + [name], kind: .directory, stat: stat)
         request.replyEntry(nodes.entry(for: node))
       case .failure(let error):
@@ -316,12 +344,19 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   }
 
   private func removeEntry(_ request: FuseRequest, parent: FuseInode, name: String) {
+    guard name.utf8.count <= ListingCache.maxNameLength else {
+      return reply(request, ENAMETOOLONG)
+    }
     guard !options.readOnly else { return reply(request, EROFS) }
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
     answersInterrupts(request)
     remote.remove(directory.path + [name]) { [self] result in
       listings.invalidate(directory.path)
       listings.forgetSubtree(directory.path + [name])
+      if case .success = result {
+        inodes.unlink(directory.path + [name])
+        inodes.entriesChanged(directory.inode)
+      }
       request.replyError(result.errnoValue)
     }
   }
@@ -330,6 +365,9 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     _ request: FuseRequest, parent: FuseInode, name: String, newParent: FuseInode,
     newName: String, flags: FuseRenameFlags
   ) {
+    guard name.utf8.count <= ListingCache.maxNameLength, newName.utf8.count <= nameLimit else {
+      return reply(request, ENAMETOOLONG)
+    }
     guard !options.readOnly else { return reply(request, EROFS) }
     // 9P renames only within a directory (Twstat of the name).
     guard parent == newParent else { return reply(request, EXDEV) }
@@ -343,6 +381,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       switch result {
       case .success:
         inodes.move(from: directory.path + [name], to: directory.path + [newName])
+        inodes.entriesChanged(directory.inode)
         request.replyError(0)
       case .failure(let error):
         request.replyError(error.errno == EIO ? EPERM : error.errno)
@@ -407,6 +446,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   public func create(
     _ request: FuseRequest, parent: FuseInode, name: String, mode: mode_t, file: FuseFileInfo
   ) {
+    guard name.utf8.count <= nameLimit else { return reply(request, ENAMETOOLONG) }
     guard !options.readOnly else { return reply(request, EROFS) }
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
     let path = directory.path + [name]
@@ -432,6 +472,49 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     FileHandle.create(
       request, in: directory.path, name: name, permissions: UInt32(mode), info: info, tree: tree,
       remote: remote, handles: handles)
+  }
+
+  /// `mknod`: a regular file is made as `create` makes one, then closed. 9P2000 has no
+  /// FIFOs, sockets or device nodes: EPERM, as Linux file systems that cannot hold them say
+  /// (a socket's `bind` comes here too).
+  public func mknod(
+    _ request: FuseRequest, parent: FuseInode, name: String, mode: mode_t, device: dev_t
+  ) {
+    guard name.utf8.count <= nameLimit else { return reply(request, ENAMETOOLONG) }
+    guard !options.readOnly else { return reply(request, EROFS) }
+    guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
+    guard mode & S_IFMT == S_IFREG, !classifier.isBoardRoom(directory.path),
+      !classifier.isChatDirectory(directory.path)
+    else { return reply(request, EPERM) }
+    answersInterrupts(request)
+    remote.create(
+      in: directory.path, name: name, permissions: UInt32(mode) & 0o777, mode: .read
+    ) { [self] created in
+      listings.invalidate(directory.path)
+      switch created {
+      case .failure(let error):
+        request.replyError(error.errno)
+      case .success(let (file, stat)):
+        file.close()
+        inodes.entriesChanged(directory.inode)
+        let node = inodes.record(path: directory.path + [name], kind: .file, stat: stat)
+        request.replyEntry(nodes.entry(for: node))
+      }
+    }
+  }
+
+  /// 9P2000 has no symbolic links: EPERM, as `ln -s` hears from a Linux file system without.
+  public func symlink(_ request: FuseRequest, target: String, parent: FuseInode, name: String) {
+    guard name.utf8.count <= nameLimit else { return reply(request, ENAMETOOLONG) }
+    reply(request, options.readOnly ? EROFS : EPERM)
+  }
+
+  /// 9P2000 has no hard links: EPERM, as `link(2)` says where a file system has none.
+  public func link(
+    _ request: FuseRequest, inode: FuseInode, newParent: FuseInode, newName: String
+  ) {
+    guard newName.utf8.count <= nameLimit else { return reply(request, ENAMETOOLONG) }
+    reply(request, options.readOnly ? EROFS : EPERM)
   }
 
   public func read(

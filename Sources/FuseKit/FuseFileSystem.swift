@@ -37,6 +37,10 @@ public protocol FuseFileSystem: AnyObject, Sendable {
   func readlink(_ request: FuseRequest, inode: FuseInode)
   /// Creates a non-directory node: ``FuseRequest/replyEntry(_:)``.
   func mknod(_ request: FuseRequest, parent: FuseInode, name: String, mode: mode_t, device: dev_t)
+  /// Creates a symbolic link `parent/name` to `target`: ``FuseRequest/replyEntry(_:)``.
+  func symlink(_ request: FuseRequest, target: String, parent: FuseInode, name: String)
+  /// Makes `newParent/newName` a hard link to `inode`: ``FuseRequest/replyEntry(_:)``.
+  func link(_ request: FuseRequest, inode: FuseInode, newParent: FuseInode, newName: String)
   /// Creates a directory: ``FuseRequest/replyEntry(_:)``.
   func mkdir(_ request: FuseRequest, parent: FuseInode, name: String, mode: mode_t)
   /// Removes a file: `replyError(0)` on success.
@@ -99,6 +103,12 @@ extension FuseFileSystem {
   public func readlink(_ request: FuseRequest, inode: FuseInode) { request.replyError(ENOSYS) }
   public func mknod(
     _ request: FuseRequest, parent: FuseInode, name: String, mode: mode_t, device: dev_t
+  ) { request.replyError(ENOSYS) }
+  public func symlink(_ request: FuseRequest, target: String, parent: FuseInode, name: String) {
+    request.replyError(ENOSYS)
+  }
+  public func link(
+    _ request: FuseRequest, inode: FuseInode, newParent: FuseInode, newName: String
   ) { request.replyError(ENOSYS) }
   public func mkdir(_ request: FuseRequest, parent: FuseInode, name: String, mode: mode_t) {
     request.replyError(ENOSYS)

@@ -83,6 +83,20 @@ extension SessionCore {
       core.fileSystem.mknod(r, parent: parent, name: n, mode: mode, device: rdev)
     }
 
+    ops.symlink = { req, target, parent, name in
+      guard let (core, r) = beginRequest(req), let target, let name else { return }
+      let (t, n) = (String(cString: target), String(cString: name))
+      core.traceOp(r, "symlink parent=\(parent) name=\(n) target=\(t)")
+      core.fileSystem.symlink(r, target: t, parent: parent, name: n)
+    }
+
+    ops.link = { req, ino, newParent, newName in
+      guard let (core, r) = beginRequest(req), let newName else { return }
+      let n = String(cString: newName)
+      core.traceOp(r, "link ino=\(ino) → \(newParent)/\(n)")
+      core.fileSystem.link(r, inode: ino, newParent: newParent, newName: n)
+    }
+
     ops.mkdir = { req, parent, name, mode in
       guard let (core, r) = beginRequest(req), let name else { return }
       let n = String(cString: name)

@@ -52,6 +52,31 @@ public enum ErrorStrings {
     "too many concurrent authentications": EAGAIN,
     "cannot allocate afid": EMFILE,
     "unsupported version": EPROTONOSUPPORT,
+    "version not negotiated": EPROTO,
+    "bad Tversion": EPROTO,
+    "malformed walk message": EPROTO,
+    "malformed Tread": EPROTO,
+    "malformed Twrite": EPROTO,
+    "malformed Tcreate": EPROTO,
+    "cannot get root": ENOENT,
+    "get_root not implemented": ENOSYS,
+    "filesystem not configured": ENXIO,
+    // The server could not build its reply (too large for msize): the request's fault no more
+    // than the file system's.
+    "rstat build failed": EIO,
+    "rwrite build failed": EIO,
+    "rcreate build failed": EIO,
+    // 9p4z's per-operation fallbacks for EIO and every errno its table lacks (facts §7.6), and
+    // Gen-1's one generic string per operation: nothing more precise can be said.
+    "open failed": EIO,
+    "read failed": EIO,
+    "write failed": EIO,
+    "create failed": EIO,
+    "stat failed": EIO,
+    "remove failed": EIO,
+    "wstat failed": EIO,
+    "walk failed": EIO,
+    "clunk failed": EIO,
     // Plan 9 (lib9p, kernel) strings.
     "file does not exist": ENOENT,
     "file exists": EEXIST,

@@ -47,7 +47,7 @@ final class ListingCacheTests: XCTestCase {
     let done = DispatchSemaphore(value: 0)
     let result = LockedBox<[String]?>(nil)
     cache.listing(path, maxAge: maxAge, complete: complete) { listed in
-      if case .success(let stats) = listed { result.value = stats.map(\.name) }
+      if case .success(let listing) = listed { result.value = listing.stats.map(\.name) }
       done.signal()
     }
     guard done.wait(timeout: .now() + 10) == .success, let names = result.value else {

@@ -6,6 +6,8 @@ import XCTest
 enum Setup: String {
   /// The reference server's default profile over TCP: pipelined requests.
   case multiplexTCP
+  /// The same over a Unix stream socket.
+  case multiplexUnix
   /// The device profile over seqpacket (an emulated L2CAP link): one request at a time per
   /// session, 245-byte SDUs, 4 parked reads per session, 2 ms per request; breaking a rule
   /// gets the session dropped and logged ("… — disconnecting").
@@ -56,6 +58,8 @@ struct MountRig {
     switch setup {
     case .multiplexTCP:
       server = try ServerProcess(transport: "tcp", rooms: rooms, extra: extra)
+    case .multiplexUnix:
+      server = try ServerProcess(transport: "unix", rooms: rooms, extra: extra)
     case .deviceSeqpacket:
       server = try ServerProcess(
         transport: "seqpacket", profile: "device", rooms: rooms,

@@ -148,6 +148,7 @@ extension BBSFileSystem {
       switch result {
       case .success:
         inodes.invalidate(node.inode)
+        inodes.changed(node.inode, by: asked)
         listings.invalidate(Array(node.path.dropLast()))
         tree.refresh(node) { [self] fresh in
           switch fresh {

@@ -207,7 +207,7 @@ final class Remote: Sendable {
     onSession(completion) { session in
       session.walkCreate(directory, name: name, perm: perm, mode: .read) { created in
         if case .success(let made) = created { session.clunk(made.fid) }
-        completion(created.map { Stat(qid: $0.opened.qid, mode: perm, name: name) })
+        completion(created.map { Self.madeNow(qid: $0.opened.qid, mode: perm, name: name) })
       }
     }
   }
@@ -226,10 +226,17 @@ final class Remote: Sendable {
               path: directory + [name], mode: mode, session: session, fid: made.fid,
               iounit: made.opened.iounit,
               appendOnly: made.opened.qid.type.contains(.appendOnly), sessions: sessions)
-            return (file, Stat(qid: made.opened.qid, mode: perm, name: name))
+            return (file, Self.madeNow(qid: made.opened.qid, mode: perm, name: name))
           })
       }
     }
+  }
+
+  /// The entry of a file or directory just made: Rcreate tells only its qid, so it is empty
+  /// and dated now (the server's own time takes over with the next listing).
+  private static func madeNow(qid: Qid, mode: FileMode, name: String) -> Stat {
+    let now = UInt32(clamping: Int(Date().timeIntervalSince1970))
+    return Stat(qid: qid, mode: mode, atime: now, mtime: now, name: name)
   }
 
   /// Opens `path` with `mode` on a fid of its own.

@@ -12,6 +12,11 @@ final class InodeTable: @unchecked Sendable {
     /// The server's entry, from a listing or a Tstat; nil for the root and drafts.
     var stat: Stat?
     var fetched: ContinuousClock.Instant
+    /// What the mount changed itself and the server's entry may not show yet.
+    var local: LocalChange?
+    /// Removed (or renamed over) through the mount: it has no path any more, and is known
+    /// only to the descriptors still open on it.
+    var unlinked = false
   }
 
   private let lock = NSLock()
@@ -42,21 +47,30 @@ final class InodeTable: @unchecked Sendable {
   /// name removed and made again as the other type) gets a new number: the kernel marks an
   /// inode whose type changes bad for good, so the old number keeps its old type (the kernel
   /// may still ask for it) and lookups hand out the new one.
+  ///
+  /// - Parameter asked: when the server was asked for `stat`. The mount's own changes
+  ///   (``LocalChange``) stay over an entry asked for before they landed.
   @discardableResult
-  func record(path: [String], kind: NodeKind, stat: Stat?) -> Node {
+  func record(
+    path: [String], kind: NodeKind, stat: Stat?, asOf asked: ContinuousClock.Instant = .now
+  ) -> Node {
     lock.lock()
     defer { lock.unlock() }
     let inode: FuseInode
+    var local: LocalChange?
     if let known = byPath[path],
       (byInode[known]?.kind == .directory) == (kind == .directory)
     {
       inode = known
+      local = byInode[known]?.local
+      if let change = local, change.isSuperseded(byEntryAskedAt: asked) { local = nil }
     } else {
       inode = next
       next += 1
       byPath[path] = inode
     }
-    let node = Node(inode: inode, path: path, kind: kind, stat: stat, fetched: .now)
+    let node = Node(
+      inode: inode, path: path, kind: kind, stat: stat, fetched: .now, local: local)
     byInode[inode] = node
     return node
   }
@@ -68,12 +82,37 @@ final class InodeTable: @unchecked Sendable {
     byInode[inode]?.fetched = .now - .seconds(3600)
   }
 
-  /// Moves a node to a new path (rename), keeping its number.
+  /// Applies a change the mount made to `inode` itself (see ``LocalChange``), starting from
+  /// the server's entry.
+  func changeLocally(_ inode: FuseInode, _ body: (inout LocalChange) -> Void) {
+    lock.lock()
+    defer { lock.unlock() }
+    guard let node = byInode[inode] else { return }
+    var change =
+      node.local
+      ?? LocalChange(
+        size: node.kind == .directory ? nil : node.stat?.length ?? 0,
+        modified: node.stat?.mtime ?? LocalChange.now, changed: node.stat?.mtime ?? LocalChange.now,
+        landed: .now)
+    body(&change)
+    byInode[inode]?.local = change
+  }
+
+  /// `path` was removed through the mount: the name is free for a new node, and the old one
+  /// lives on, unlinked, for the descriptors still open on it.
+  func unlink(_ path: [String]) {
+    lock.lock()
+    defer { lock.unlock() }
+    guard let inode = byPath.removeValue(forKey: path) else { return }
+    byInode[inode]?.unlinked = true
+  }
+
+  /// Moves a node to a new path (rename), keeping its number; a node it replaces is unlinked.
   func move(from old: [String], to new: [String]) {
     lock.lock()
     defer { lock.unlock() }
     guard let inode = byPath.removeValue(forKey: old) else { return }
-    if let replaced = byPath[new] { byInode[replaced] = nil }
+    if let replaced = byPath[new], replaced != inode { byInode[replaced]?.unlinked = true }
     byPath[new] = inode
     byInode[inode]?.path = new
     byInode[inode]?.stat?.name = new.last ?? ""

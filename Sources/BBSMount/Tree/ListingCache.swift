@@ -22,11 +22,19 @@ import NinePProtocol
 /// (the server may have forgotten it), once, on a freshly opened one; it is bounded in reads,
 /// bytes and time (``DirectoryLimits``); names no local file system can hold are left out.
 final class ListingCache: @unchecked Sendable {
-  typealias Callback = @Sendable (Result<[Stat], NinePError>) -> Void
+  typealias Callback = @Sendable (Result<Listing, NinePError>) -> Void
+
+  /// A directory's entries, and when the server was asked for them: the mount's own changes
+  /// that landed after that are newer than these entries (see ``LocalChange``).
+  struct Listing: Sendable {
+    var stats: [Stat]
+    var requested: ContinuousClock.Instant
+  }
 
   private struct Entry {
     var stats: [Stat]
     var fetched: ContinuousClock.Instant
+    var requested: ContinuousClock.Instant
     /// False while only the first, short reply is in and its confirming read is out.
     var complete: Bool
   }
@@ -46,6 +54,10 @@ final class ListingCache: @unchecked Sendable {
   private let lock = NSLock()
   private var entries: [[String]: Entry] = [:]
   private var fetching: [[String]: [Waiter]] = [:]
+  /// When each listing in `fetching` was asked for.
+  private var requested: [[String]: ContinuousClock.Instant] = [:]
+  /// Listings on their way that were invalidated meanwhile (see ``invalidate(_:)``).
+  private var invalidated: [[String]: ContinuousClock.Instant] = [:]
   private var open: [[String]: OpenDirectory] = [:]
   private let sessions: SessionProvider
   private let linkIsUp: @Sendable () -> Bool
@@ -87,7 +99,7 @@ final class ListingCache: @unchecked Sendable {
     {
       // Fresh, or the link is down and what the mount last saw is the best answer there is.
       lock.unlock()
-      return callback(.success(cached.stats))
+      return callback(.success(Listing(stats: cached.stats, requested: cached.requested)))
     }
     let waiter = Waiter(needsComplete: complete, callback: callback)
     if fetching[path] != nil {
@@ -96,6 +108,7 @@ final class ListingCache: @unchecked Sendable {
       return
     }
     fetching[path] = [waiter]
+    requested[path] = .now
     lock.unlock()
     fetch(path)
   }
@@ -108,9 +121,13 @@ final class ListingCache: @unchecked Sendable {
   }
 
   /// Forgets a listing (after a create, remove or rename in that directory).
+  ///
+  /// A listing already on its way was asked for before the change: it still answers those
+  /// waiting for it, but is not kept (the next caller fetches afresh and sees the change).
   func invalidate(_ path: [String]) {
     lock.lock()
     entries[path] = nil
+    if fetching[path] != nil { invalidated[path] = .now }
     lock.unlock()
   }
 
@@ -237,22 +254,32 @@ final class ListingCache: @unchecked Sendable {
   /// The first reply was short: answer those that can take it now.
   private func provisional(_ path: [String], _ stats: [Stat]) {
     lock.lock()
-    entries[path] = Entry(stats: stats, fetched: .now, complete: false)
+    let asked = requested[path] ?? .now
+    if invalidated[path] == nil {
+      entries[path] = Entry(stats: stats, fetched: .now, requested: asked, complete: false)
+    }
     let waiting = fetching[path] ?? []
     fetching[path] = waiting.filter(\.needsComplete)
     lock.unlock()
-    for waiter in waiting where !waiter.needsComplete { waiter.callback(.success(stats)) }
+    let listing = Listing(stats: stats, requested: asked)
+    for waiter in waiting where !waiter.needsComplete { waiter.callback(.success(listing)) }
   }
 
-  private func finish(_ path: [String], _ result: Result<[Stat], NinePError>) {
+  private func finish(_ path: [String], _ listed: Result<[Stat], NinePError>) {
     lock.lock()
-    var result = result
-    switch result {
+    let asked = requested.removeValue(forKey: path) ?? .now
+    let outdated = invalidated.removeValue(forKey: path) != nil
+    var result = listed.map { Listing(stats: $0, requested: asked) }
+    switch listed {
+    case .success where outdated:
+      entries[path] = nil
     case .success(let stats):
-      entries[path] = Entry(stats: stats, fetched: .now, complete: true)
+      entries[path] = Entry(stats: stats, fetched: .now, requested: asked, complete: true)
     case .failure(let error) where error.isLinkFailure:
       // While the link is down, what the mount last saw beats an error.
-      if let stale = entries[path] { result = .success(stale.stats) }
+      if let stale = entries[path] {
+        result = .success(Listing(stats: stale.stats, requested: stale.requested))
+      }
     case .failure:
       if entries[path]?.complete == false { entries[path] = nil }
     }

@@ -57,7 +57,11 @@ struct NodeAttributes: Sendable {
     let permissions = node.stat?.mode.permissions ?? 0o755
     switch node.kind {
     case .directory:
-      attributes.st_mode = S_IFDIR | mode_t(permissions | 0o500)
+      // A board's Tstat of a directory says 0755 without DMDIR and its listing may say less:
+      // the owner can always list and enter those. An entry that says DMDIR (a files area,
+      // a directory the mount made) means its mode as it is (`mkdir -m 0151`).
+      let exact = node.stat?.mode.isDirectory ?? false
+      attributes.st_mode = S_IFDIR | mode_t(exact ? permissions : permissions | 0o500)
       attributes.st_nlink = 2
     case .file:
       attributes.st_mode = S_IFREG | mode_t(permissions)
@@ -65,7 +69,8 @@ struct NodeAttributes: Sendable {
       // cat and cp size their buffers by st_blksize: a megabyte per request (FUSE's largest)
       // instead of 128 KiB, so a large file moves in an eighth of the round trips.
       attributes.st_blksize = 1 << 20
-      attributes.st_size = Int(clamping: node.stat?.length ?? 0)
+      attributes.st_size = Int(clamping: node.local?.size ?? node.stat?.length ?? 0)
+      if node.unlinked { attributes.st_nlink = 0 }
     case .room:
       attributes.st_mode = S_IFREG | (options.readOnly ? 0o444 : 0o644)
       attributes.st_nlink = 1
@@ -95,8 +100,14 @@ struct NodeAttributes: Sendable {
         tv_sec: Int(date.timeIntervalSince1970),
         tv_nsec: Int((date.timeIntervalSince1970.truncatingRemainder(dividingBy: 1)) * 1e9))
     }
+    var ctime = mtime
+    if let local = node.local, node.kind == .file || node.kind == .directory {
+      // The mount's own changes the server's entry may not show yet (LocalChange).
+      mtime = Date(timeIntervalSince1970: TimeInterval(local.modified))
+      ctime = Date(timeIntervalSince1970: TimeInterval(local.changed))
+    }
     attributes.st_mtim = spec(mtime)
-    attributes.st_ctim = spec(mtime)
+    attributes.st_ctim = spec(max(ctime, mtime))
     attributes.st_atim = spec(atime ?? mtime)
     return attributes
   }

@@ -120,13 +120,20 @@ final class FileHandle: OpenHandle {
         request.replyError(error.errno)
       case .success(let file):
         var info = info
-        // Sizes of 9BBS files are 0 or the body only: bypass the page cache unless the
-        // server gives a real size. A board message's listed size is its body alone, while
+        if openMode.truncates { tree.inodes.resized(node.inode, to: 0) }
+        // Sizes of 9BBS files are 0 or the body only: readers bypass the page cache unless
+        // the server gives a real size. A board message's listed size is its body alone, while
         // reading it gives headers, body and signature: through the page cache `cat` would
-        // stop at the body's length, cutting the message short.
+        // stop at the body's length, cutting the message short. Readers and writers go
+        // through the page cache (a writer's size is the mount's own: LocalChange), so that a
+        // shared writable mmap works: FUSE refuses one on a direct-I/O open (SQLite's -shm,
+        // LMDB). Write-only opens stay direct: they cannot be mapped, and `cp`
+        // into the mount keeps its speed without the page cache's copy.
         let length = node.stat?.length ?? 0
+        let knowsSize = length > 0 || openMode.allowsWriting
         info.directIO =
-          length == 0 || tree.attributes.classifier.isBoardRoom(Array(node.path.dropLast()))
+          !knowsSize || info.flags & O_ACCMODE == O_WRONLY
+          || tree.attributes.classifier.isBoardRoom(Array(node.path.dropLast()))
         // Through the page cache, a second read of an unchanged file comes from memory.
         if let stat = node.stat, !info.directIO, !openMode.allowsWriting {
           info.keepCache = remote.pageCache.open(node.inode, at: .init(stat))
@@ -146,30 +153,82 @@ final class FileHandle: OpenHandle {
   }
 
   /// Creates the server file `directory/name`, open, and answers `request` with its entry and
-  /// handle.
+  /// handle. A name that exists on the server but not yet in the mount's view of the
+  /// directory is opened instead, unless `O_EXCL` says otherwise (POSIX `open(O_CREAT)`).
   static func create(
     _ request: FuseRequest, in directory: [String], name: String, permissions: UInt32,
     info: FuseFileInfo, tree: Tree, remote: Remote, handles: HandleTable
   ) {
-    var mode = OpenMode(fuseFlags: info.flags)
-    if info.flags & O_TRUNC != 0 { mode = mode.truncating }
+    var opening = OpenMode(fuseFlags: info.flags)
+    if info.flags & O_TRUNC != 0 { opening = opening.truncating }
+    let mode = opening
+    let path = directory + [name]
     remote.create(in: directory, name: name, permissions: permissions, mode: mode) { created in
       tree.listings.invalidate(directory)
       switch created {
+      case .failure(let error) where error.errno == EEXIST && info.flags & O_EXCL == 0:
+        openExisting(
+          request, path, mode: mode, info: info, tree: tree, remote: remote, handles: handles)
       case .failure(let error):
         request.replyError(error.errno)
       case .success(let (file, stat)):
-        let node = tree.inodes.record(path: directory + [name], kind: .file, stat: stat)
-        var info = info
-        info.directIO = true
-        remote.pageCache.forget(node.inode)
-        info.handle = handles.store(
-          FileHandle(
-            file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache))
-        if !request.replyCreate(tree.attributes.entry(for: node), info) {
-          handles.remove(info.handle)?.release()
+        if let parent = tree.inodes.inode(for: directory) { tree.inodes.entriesChanged(parent) }
+        let node = tree.inodes.record(path: path, kind: .file, stat: stat)
+        // The mount made it: its size is known, and the page cache serves it (see open).
+        tree.inodes.resized(node.inode, to: 0, modified: stat.mtime)
+        reply(
+          request, file: file, node: node, info: info, tree: tree, remote: remote, handles: handles)
+      }
+    }
+  }
+
+  /// The create of `path` found it made already: opens it, and learns its entry (its size)
+  /// by a Tstat, since the mount's listing did not have it.
+  private static func openExisting(
+    _ request: FuseRequest, _ path: [String], mode: OpenMode, info: FuseFileInfo, tree: Tree,
+    remote: Remote, handles: HandleTable
+  ) {
+    remote.open(path, mode: mode) { opened in
+      switch opened {
+      case .failure(let error):
+        request.replyError(error.errno)
+      case .success(let file):
+        let asked = ContinuousClock.now
+        remote.stat(path) { found in
+          switch found {
+          case .failure(let error):
+            file.close()
+            request.replyError(error.errno)
+          case .success(let stat) where stat.mode.isDirectory:
+            file.close()
+            request.replyError(EISDIR)
+          case .success(let stat):
+            let node = tree.inodes.record(path: path, kind: .file, stat: stat, asOf: asked)
+            if mode.truncates { tree.inodes.resized(node.inode, to: 0) }
+            reply(
+              request, file: file, node: tree.inodes.node(node.inode) ?? node, info: info,
+              tree: tree, remote: remote, handles: handles)
+          }
         }
       }
+    }
+  }
+
+  /// Answers a create with the open `file` at `node`: through the page cache unless it is
+  /// write-only (see ``open(_:node:info:tree:remote:handles:)``).
+  private static func reply(
+    _ request: FuseRequest, file: RemoteFile, node: InodeTable.Node, info: FuseFileInfo,
+    tree: Tree, remote: Remote, handles: HandleTable
+  ) {
+    var info = info
+    info.directIO = info.flags & O_ACCMODE == O_WRONLY
+    info.keepCache = false
+    remote.pageCache.forget(node.inode)
+    info.handle = handles.store(
+      FileHandle(file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache))
+    let current = tree.inodes.node(node.inode) ?? node
+    if !request.replyCreate(tree.attributes.entry(for: current), info) {
+      handles.remove(info.handle)?.release()
     }
   }
 
@@ -200,8 +259,10 @@ final class FileHandle: OpenHandle {
     request.onInterrupt { $0.replyError(EINTR) }
     pageCache.forget(inode)
     writes.write(request, data: data, offset: offset) { [self] data, offset, done in
+      // Before the kernel hears the write is done: its size must never be answered smaller.
+      inodes.writeStarted(inode, end: offset + UInt64(data.count))
       file.write(data, at: offset) { [self] result in
-        inodes.invalidate(inode)
+        inodes.writeLanded(inode)
         done(result)
       }
     }

@@ -39,8 +39,11 @@ final class Tree: Sendable {
 
   /// Records what a listing or a walk said of `path`.
   @discardableResult
-  func record(_ path: [String], _ stat: Stat) -> InodeTable.Node {
-    inodes.record(path: path, kind: attributes.kind(of: path, stat: stat), stat: stat)
+  func record(
+    _ path: [String], _ stat: Stat, asOf asked: ContinuousClock.Instant
+  ) -> InodeTable.Node {
+    inodes.record(
+      path: path, kind: attributes.kind(of: path, stat: stat), stat: stat, asOf: asked)
   }
 
   /// Looks `name` up in `directory`'s listing. A name not in a listing still being confirmed
@@ -52,7 +55,7 @@ final class Tree: Sendable {
   ) {
     let path = directory + [name]
     listings.listing(directory) { [self] listed in
-      if case .success(let stats) = listed, !stats.contains(where: { $0.name == name }),
+      if case .success(let listing) = listed, !listing.stats.contains(where: { $0.name == name }),
         !listings.isComplete(directory)
       {
         return listings.listing(directory, complete: true) { [self] whole in
@@ -64,16 +67,16 @@ final class Tree: Sendable {
   }
 
   private func answer(
-    _ path: [String], _ listed: Result<[Stat], NinePError>,
+    _ path: [String], _ listed: Result<ListingCache.Listing, NinePError>,
     _ completion: @escaping @Sendable (Result<InodeTable.Node, NinePError>) -> Void
   ) {
     guard let name = path.last else { return completion(.failure(.notFound(path: "/"))) }
     switch listed {
-    case .success(let stats):
-      guard let stat = stats.first(where: { $0.name == name }) else {
+    case .success(let listing):
+      guard let stat = listing.stats.first(where: { $0.name == name }) else {
         return completion(.failure(.notFound(path: "/" + path.joined(separator: "/"))))
       }
-      completion(.success(record(path, stat)))
+      completion(.success(record(path, stat, asOf: listing.requested)))
     case .failure(let error) where error.isLinkFailure:
       // Link down: a node the mount has seen before is still the best answer.
       if let known = inodes.inode(for: path), let node = inodes.node(known) {
@@ -89,7 +92,10 @@ final class Tree: Sendable {
       // An unreadable parent (or a server whose listings are not stat entries): walk.
       logger.debug(
         "listing of /\(path.dropLast().joined(separator: "/")) failed (\(error)); walking")
-      remote.stat(path) { [self] result in completion(result.map { record(path, $0) }) }
+      let asked = ContinuousClock.now
+      remote.stat(path) { [self] result in
+        completion(result.map { record(path, $0, asOf: asked) })
+      }
     }
   }
 
@@ -103,14 +109,21 @@ final class Tree: Sendable {
     guard let name = node.path.last else { return completion(.success(node)) }
     listings.listing(parent) { [self] listed in
       switch listed {
-      case .success(let stats):
-        guard let stat = stats.first(where: { $0.name == name }) else {
+      case .success(let listing):
+        guard let stat = listing.stats.first(where: { $0.name == name }) else {
           return completion(.failure(.notFound(path: "/" + node.path.joined(separator: "/"))))
         }
-        completion(.success(inodes.record(path: node.path, kind: node.kind, stat: stat)))
+        completion(
+          .success(
+            inodes.record(
+              path: node.path, kind: node.kind, stat: stat, asOf: listing.requested)))
       case .failure:
+        let asked = ContinuousClock.now
         remote.stat(node.path) { [self] result in
-          completion(result.map { inodes.record(path: node.path, kind: node.kind, stat: $0) })
+          completion(
+            result.map {
+              inodes.record(path: node.path, kind: node.kind, stat: $0, asOf: asked)
+            })
         }
       }
     }
@@ -124,14 +137,14 @@ final class Tree: Sendable {
   ) {
     listings.listing(node.path, maxAge: .zero) { [self] listed in
       completion(
-        listed.map { stats in
+        listed.map { listing in
           let parent = inodes.inode(for: Array(node.path.dropLast())) ?? .root
           var entries = [
             DirectoryEntry(name: ".", inode: node.inode, mode: S_IFDIR),
             DirectoryEntry(name: "..", inode: parent, mode: S_IFDIR),
           ]
-          for stat in stats {
-            let child = record(node.path + [stat.name], stat)
+          for stat in listing.stats {
+            let child = record(node.path + [stat.name], stat, asOf: listing.requested)
             entries.append(DirectoryEntry(name: stat.name, entry: attributes.entry(for: child)))
           }
           return entries
@@ -142,7 +155,7 @@ final class Tree: Sendable {
   /// The rooms of a chat directory: its listing less `post` and `users`.
   func knownRooms(_ chatDirectory: [String], _ body: @escaping @Sendable (Set<String>) -> Void) {
     listings.listing(chatDirectory) { listed in
-      let names = (try? listed.get())?.map(\.name) ?? []
+      let names = (try? listed.get())?.stats.map(\.name) ?? []
       body(Set(names).subtracting(["post", "users"]))
     }
   }

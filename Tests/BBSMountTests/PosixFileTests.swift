@@ -1,0 +1,255 @@
+import Foundation
+import TestSupport
+import XCTest
+
+/// The `/files` area through a real mount, driven as programs drive a local disk (python's
+/// open/append/mmap/fstat, cp, cat, stat, mkdir -m, df, ln -s, mkfifo): sizes and times follow
+/// the mount's own changes at once, and what the mount cannot do fails as a Linux file system
+/// that cannot do it fails.
+final class PosixFileTests: XCTestCase {
+  /// A writable file area, mounted; the area's path.
+  private func start(_ setup: Setup = .multiplexTCP) throws -> (MountRig, String) {
+    let area = try makeTemporaryDirectory("mount9bbs-posix")
+    addTeardownBlock { try? FileManager.default.removeItem(atPath: area) }
+    let rig = try MountRig.start(
+      setup, for: self, serverArguments: ["--files", area, "--files-rw"])
+    return (rig, area)
+  }
+
+  /// Runs a python script with `arguments`; its output.
+  private func python(
+    _ rig: MountRig, _ script: String, _ arguments: [String], timeout: TimeInterval = 30,
+    file: StaticString = #filePath, line: UInt = #line
+  ) throws -> String {
+    let path = rig.directory + "/script-\(UUID().uuidString).py"
+    try script.write(toFile: path, atomically: true, encoding: .utf8)
+    let quoted = arguments.map { "'\($0)'" }.joined(separator: " ")
+    return try sh("python3 \(path) \(quoted)", timeout: timeout, file: file, line: line)
+  }
+
+  /// Ten appends of 100 bytes, each its own open (python's `open(f, 'a')`): every byte is kept
+  /// and the size says so at once. The mount used to answer getattr with the size seen at
+  /// open, the kernel believed it, and each append landed at the old end.
+  func testTenAppendsKeepEveryByte() throws {
+    let (rig, area) = try start()
+    let script = """
+      import os, sys
+      path = sys.argv[1]
+      for i in range(10):
+          with open(path, 'a') as f:
+              f.write(chr(97 + i) * 100)
+      print(os.path.getsize(path))
+      with open(path) as f:
+          data = f.read()
+      print(len(data), data == ''.join(chr(97 + i) * 100 for i in range(10)))
+      """
+    XCTAssertEqual(try python(rig, script, [rig.path("files/log.txt")]), "1000\n1000 True\n")
+    XCTAssertEqual(
+      try FileManager.default.attributesOfItem(atPath: area + "/log.txt")[.size] as? Int, 1000)
+    rig.assertNoViolations()
+  }
+
+  /// `cp` longer versions over files the mount has just read, then read them back at once:
+  /// the new lengths, not the old ones.
+  func testOverwriteWithLongerFilesReadsBackAtOnce() throws {
+    let (rig, area) = try start()
+    for index in 0..<20 {
+      try "old \(index)\n".write(toFile: area + "/f\(index)", atomically: false, encoding: .utf8)
+      try String(repeating: "new \(index) ", count: 50 + index).write(
+        toFile: rig.directory + "/n\(index)", atomically: false, encoding: .utf8)
+    }
+    let files = rig.path("files")
+    try sh("cat \(files)/f* > /dev/null")
+    try sh(
+      "for i in $(seq 0 19); do cp \(rig.directory)/n$i \(files)/f$i && cmp \(rig.directory)/n$i \(files)/f$i || exit 1; done",
+      timeout: 60)
+    try sh("for i in $(seq 0 19); do cmp \(rig.directory)/n$i \(area)/f$i || exit 1; done")
+    rig.assertNoViolations()
+  }
+
+  /// fstat and SEEK_END see the mount's own writes and truncates (fsx's "Size error").
+  func testSizeFollowsWritesAndTruncatesOnOneDescriptor() throws {
+    let (rig, _) = try start()
+    let script = """
+      import os, sys
+      fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+      os.pwrite(fd, b'x' * 128679, 0)
+      a = os.fstat(fd).st_size
+      os.ftruncate(fd, 1000)
+      b = os.fstat(fd).st_size
+      os.pwrite(fd, b'y' * 10, 5000)
+      c = os.lseek(fd, 0, os.SEEK_END)
+      os.close(fd)
+      fd = os.open(sys.argv[1], os.O_RDWR | os.O_TRUNC)
+      d = os.fstat(fd).st_size
+      os.write(fd, b'z' * 77)
+      e = os.stat(sys.argv[1]).st_size
+      os.close(fd)
+      print(a, b, c, d, e)
+      """
+    XCTAssertEqual(
+      try python(rig, script, [rig.path("files/sized.bin")]), "128679 1000 5010 0 77\n")
+    rig.assertNoViolations()
+  }
+
+  /// `open(O_CREAT)` without `O_EXCL` of a name made on the server since the mount last listed
+  /// the directory opens the file (POSIX), rather than failing EEXIST.
+  func testCreateOfANameMadeElsewhereOpensIt() throws {
+    let (rig, area) = try start()
+    try sh("ls \(rig.path("files")) > /dev/null")
+    try "first\n".write(toFile: area + "/late.txt", atomically: false, encoding: .utf8)
+    try sh("echo second >> \(rig.path("files/late.txt"))")
+    XCTAssertEqual(
+      try String(contentsOfFile: area + "/late.txt", encoding: .utf8), "first\nsecond\n")
+    rig.assertNoViolations()
+  }
+
+  /// A writable shared mapping of a file that was empty when opened (SQLite's `-shm`, LMDB)
+  /// works, and what is stored through it reaches the server.
+  func testSharedWritableMmapOfAnEmptyFile() throws {
+    let (rig, area) = try start()
+    let script = """
+      import mmap, os, sys
+      fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+      os.ftruncate(fd, 8192)
+      m = mmap.mmap(fd, 8192, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+      m[4096:4101] = b'hello'
+      m.flush()
+      m.close()
+      os.close(fd)
+      print('ok')
+      """
+    XCTAssertEqual(try python(rig, script, [rig.path("files/shm")]), "ok\n")
+    let data = try Data(contentsOf: URL(fileURLWithPath: area + "/shm"))
+    XCTAssertEqual(data.count, 8192)
+    XCTAssertEqual(data.count == 8192 ? Array(data[4096..<4101]) : [], Array("hello".utf8))
+    rig.assertNoViolations()
+  }
+
+  /// `fstat` of a file open and then unlinked answers from what the mount knows of it.
+  func testFstatOfAnOpenUnlinkedFile() throws {
+    let (rig, _) = try start()
+    let script = """
+      import os, sys
+      with open(sys.argv[1], 'w+') as f:
+          f.write('abc')
+          f.flush()
+          os.unlink(sys.argv[1])
+          st = os.fstat(f.fileno())
+          print(st.st_size, st.st_nlink, os.path.exists(sys.argv[1]))
+      """
+    XCTAssertEqual(try python(rig, script, [rig.path("files/gone.txt")]), "3 0 False\n")
+    rig.assertNoViolations()
+  }
+
+  /// New files and directories carry the time they were made, and a directory's mtime moves
+  /// when an entry is created, removed, made or renamed in it through the mount.
+  func testTimesOfNewEntriesAndTheirParents() throws {
+    let (rig, area) = try start()
+    for directory in ["create", "unlink", "mkdir", "rename"] {
+      try FileManager.default.createDirectory(
+        atPath: area + "/" + directory, withIntermediateDirectories: false)
+    }
+    try "x".write(toFile: area + "/unlink/victim", atomically: false, encoding: .utf8)
+    try "x".write(toFile: area + "/rename/before", atomically: false, encoding: .utf8)
+    try sh(
+      "touch -d '2001-01-01 00:00:00' \(area)/create \(area)/unlink \(area)/mkdir \(area)/rename")
+    let files = rig.path("files")
+    // The mount sees the old times first.
+    try sh("ls -lR \(files) > /dev/null")
+    XCTAssertEqual(try sh("stat -c %Y \(files)/create"), "978307200\n")
+    let script = """
+      import os, sys, time
+      root = sys.argv[1]
+      before = int(time.time())
+      open(root + '/create/new', 'w').close()
+      os.unlink(root + '/unlink/victim')
+      os.mkdir(root + '/mkdir/sub')
+      os.rename(root + '/rename/before', root + '/rename/after')
+      late = []
+      for path in ['create', 'unlink', 'mkdir', 'rename', 'create/new', 'mkdir/sub']:
+          st = os.stat(root + '/' + path)
+          if st.st_mtime < before or st.st_ctime < before:
+              late.append((path, int(st.st_mtime), int(st.st_ctime)))
+      print('late', late)
+      """
+    XCTAssertEqual(try python(rig, script, [files]), "late []\n")
+    rig.assertNoViolations()
+  }
+
+  /// `mkdir -m` shows the mode the server has.
+  func testMkdirModeIsShownAsMade() throws {
+    let (rig, area) = try start()
+    try sh("mkdir -m 0151 \(rig.path("files/odd"))")
+    XCTAssertEqual(try sh("stat -c %a \(area)/odd"), "151\n")
+    XCTAssertEqual(try sh("stat -c %a \(rig.path("files/odd"))"), "151\n")
+    rig.assertNoViolations()
+  }
+
+  /// `df` shows a file system with room in it, and names of up to 255 bytes.
+  func testStatvfsReportsRoom() throws {
+    let (rig, _) = try start()
+    let script = """
+      import os, sys
+      s = os.statvfs(sys.argv[1])
+      print(s.f_blocks > 0, s.f_bavail > 0, s.f_bfree >= s.f_bavail, s.f_files > 0, s.f_ffree > 0, s.f_namemax)
+      """
+    XCTAssertEqual(try python(rig, script, [rig.path("files")]), "True True True True True 255\n")
+    rig.assertNoViolations()
+  }
+
+  /// A 256-byte name is ENAMETOOLONG for every call, as on a local disk.
+  func testOverlongNameIsNameTooLong() throws {
+    let (rig, _) = try start()
+    let script = """
+      import errno, os, sys
+      path = sys.argv[1] + '/' + 'n' * 256
+      results = []
+      for call in [lambda: open(path, 'w'), lambda: os.stat(path), lambda: os.mkdir(path),
+                   lambda: os.rename(sys.argv[1] + '/ok', path), lambda: os.unlink(path)]:
+          try:
+              call()
+              results.append('ok')
+          except OSError as e:
+              results.append(errno.errorcode.get(e.errno, str(e.errno)))
+      print(results)
+      """
+    try sh("echo hi > \(rig.path("files/ok"))")
+    XCTAssertEqual(
+      try python(rig, script, [rig.path("files")]),
+      "['ENAMETOOLONG', 'ENAMETOOLONG', 'ENAMETOOLONG', 'ENAMETOOLONG', 'ENAMETOOLONG']\n")
+    rig.assertNoViolations()
+  }
+
+  /// Symbolic and hard links, FIFOs, device nodes and sockets are EPERM (what Linux file
+  /// systems without them say), and `mknod` of a regular file makes the file.
+  func testNodesTheServerCannotHoldAreRefusedAsPermissionDenied() throws {
+    let (rig, area) = try start()
+    let script = """
+      import errno, os, socket, stat, sys
+      root = sys.argv[1]
+      open(root + '/target', 'w').close()
+      results = []
+      calls = [
+          lambda: os.symlink('target', root + '/link'),
+          lambda: os.link(root + '/target', root + '/hard'),
+          lambda: os.mkfifo(root + '/fifo'),
+          lambda: os.mknod(root + '/chr', 0o644 | stat.S_IFCHR, os.makedev(1, 3)),
+          lambda: socket.socket(socket.AF_UNIX).bind(root + '/sock'),
+          lambda: os.mknod(root + '/plain', 0o640 | stat.S_IFREG),
+      ]
+      for call in calls:
+          try:
+              call()
+              results.append('ok')
+          except OSError as e:
+              results.append(errno.errorcode.get(e.errno, str(e.errno)))
+      print(results, oct(os.stat(root + '/plain').st_mode))
+      """
+    XCTAssertEqual(
+      try python(rig, script, [rig.path("files")]),
+      "['EPERM', 'EPERM', 'EPERM', 'EPERM', 'EPERM', 'ok'] 0o100640\n")
+    XCTAssertTrue(FileManager.default.fileExists(atPath: area + "/plain"))
+    rig.assertNoViolations()
+  }
+}
