@@ -255,6 +255,7 @@ final class FileModelChecker {
       resize(to: size)
     case .truncateOnOpen:
       close(descriptor)
+      descriptor = -1  // never closed twice, whatever the open below does
       descriptor = try openFile(O_RDWR | O_TRUNC, what: "open O_TRUNC")
       model = []
     case .mappedRead(let offset, let length):
@@ -295,10 +296,9 @@ final class FileModelChecker {
       }
       apply(data, at: offset)
     case .reopen:
-      guard close(descriptor) == 0 else {
-        descriptor = -1
-        throw failure("close: \(errorText())")
-      }
+      let closed = close(descriptor)
+      descriptor = -1
+      guard closed == 0 else { throw failure("close: \(errorText())") }
       descriptor = try openFile(O_RDWR, what: "reopen")
     }
   }

@@ -74,11 +74,11 @@ final class FileModelTests: XCTestCase {
   // MARK: Through the mount
 
   func testTheModelHoldsThroughATCPMount() throws {
-    try exerciseMount(.multiplexTCP, operations: 2500)
+    try exerciseMount(.multiplexTCP, operations: 4000)
   }
 
   func testTheModelHoldsThroughAUnixSocketMount() throws {
-    try exerciseMount(.multiplexUnix, operations: 2500)
+    try exerciseMount(.multiplexUnix, operations: 4000)
   }
 
   /// The device profile: one request at a time, 8 KiB messages, writes that go synchronously,
