@@ -30,4 +30,19 @@ final class InodeTableTests: XCTestCase {
     XCTAssertNotEqual(fileAgain.inode, directory.inode)
     XCTAssertNotEqual(fileAgain.inode, file.inode, "numbers are never reused while mounted")
   }
+
+  func testRenamedDirectoryTakesItsChildren() {
+    let table = InodeTable()
+    let directory = table.record(path: ["top", "a"], kind: .directory, stat: nil)
+    let file = table.record(path: ["top", "a", "f"], kind: .file, stat: nil)
+    let deep = table.record(path: ["top", "a", "d", "g"], kind: .file, stat: nil)
+    let sibling = table.record(path: ["top", "ab"], kind: .file, stat: nil)
+    table.move(from: ["top", "a"], to: ["top", "b"])
+    XCTAssertEqual(table.inode(for: ["top", "b"]), directory.inode)
+    XCTAssertEqual(table.inode(for: ["top", "b", "f"]), file.inode)
+    XCTAssertEqual(table.node(file.inode)?.path, ["top", "b", "f"])
+    XCTAssertEqual(table.node(deep.inode)?.path, ["top", "b", "d", "g"])
+    XCTAssertNil(table.inode(for: ["top", "a", "f"]))
+    XCTAssertEqual(table.node(sibling.inode)?.path, ["top", "ab"], "a name that only starts alike")
+  }
 }

@@ -178,6 +178,23 @@ final class PosixFileTests: XCTestCase {
   }
 
   /// `mkdir -m` shows the mode the server has.
+  /// `mv top/a top/b` then `cat top/b/f`: the file is found under its directory's new name at
+  /// once (it used to give ENOENT until the directory was listed again).
+  func testFilesOfARenamedDirectoryOpenAtTheirNewPath() throws {
+    let (rig, area) = try start()
+    try sh(
+      "mkdir -p '\(rig.path("files/top/a/d"))' && echo inside > '\(rig.path("files/top/a/f"))'")
+    try sh("echo deeper > '\(rig.path("files/top/a/d/g"))'")
+    XCTAssertEqual(try sh("cat '\(rig.path("files/top/a/f"))'"), "inside\n")
+    try sh("mv '\(rig.path("files/top/a"))' '\(rig.path("files/top/b"))'")
+    XCTAssertEqual(try sh("cat '\(rig.path("files/top/b/f"))'"), "inside\n")
+    XCTAssertEqual(try sh("cat '\(rig.path("files/top/b/d/g"))'"), "deeper\n")
+    try sh("echo more >> '\(rig.path("files/top/b/f"))'")
+    XCTAssertEqual(
+      try String(contentsOfFile: area + "/top/b/f", encoding: .utf8), "inside\nmore\n")
+    rig.assertNoViolations()
+  }
+
   func testMkdirModeIsShownAsMade() throws {
     let (rig, area) = try start()
     try sh("mkdir -m 0151 \(rig.path("files/odd"))")

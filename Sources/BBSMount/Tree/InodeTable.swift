@@ -116,6 +116,16 @@ final class InodeTable: @unchecked Sendable {
     byPath[new] = inode
     byInode[inode]?.path = new
     byInode[inode]?.stat?.name = new.last ?? ""
+    // A directory's children go with it: the kernel moved their dentries, and an open or
+    // getattr of one must walk its new path.
+    let below = byPath.filter { $0.key.count > old.count && $0.key.starts(with: old) }
+    for (path, child) in below {
+      byPath.removeValue(forKey: path)
+      let moved = new + path.dropFirst(old.count)
+      if let replaced = byPath[moved], replaced != child { byInode[replaced]?.unlinked = true }
+      byPath[moved] = child
+      byInode[child]?.path = moved
+    }
   }
 
   var count: Int {
