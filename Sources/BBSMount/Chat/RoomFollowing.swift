@@ -103,8 +103,10 @@ extension BBSFileSystem {
     let pid = request.caller.pid
     let followed = all.map(\.handle).filter { $0.opener == pid && !$0.endsAtEnd && !$0.nonBlocking }
     let here = followed.filter { $0.inode == node.inode }
-    if here.isEmpty, case .room(let room) = node.kind {
-      // A `stat` of the room: what the server has now, not the transcript as last seen.
+    let opened = all.contains { $0.handle.opener == pid && $0.handle.inode == node.inode }
+    if !opened, case .room(let room) = node.kind {
+      // A `stat` of the room: what the server has now, not the transcript as last seen. (An
+      // `fstat` of an open handle, a copy's included, sees the transcript its open caught up.)
       let feed = feeds.feed(for: node.path, room: room)
       if !feed.isCaughtUp { return answerCaughtUp(request, node, feed: feed) }
     }
