@@ -18,8 +18,11 @@ import NinePProtocol
 /// Catching up. The transcript a stopped feed keeps (and the history a remount starts with)
 /// is stale: the server has kept what was said since for this user. So each run of the feed
 /// starts not caught up, and is caught up once the server has nothing more to send: a read
-/// comes back empty (a board that answers at once) or stays unanswered past
-/// ``parkedAfter(roundTrip:)`` (a board that parks caught-up reads). Opens wait for that
+/// comes back with room to spare (a board sends every unread line that fits the count, so a
+/// reply with room for one more line had them all), empty (a board that answers at once) or
+/// stays unanswered past ``parkedAfter(roundTrip:)`` (a board that parks caught-up reads).
+/// Lines said after that are live, not backlog: an open in a busy room does not wait for a
+/// quiet moment. Opens wait for that
 /// (``whenCaughtUp(within:_:)``), bounded, so what they show is what the server has now.
 final class RoomFeed: @unchecked Sendable {
   let room: String
@@ -83,6 +86,9 @@ final class RoomFeed: @unchecked Sendable {
   /// (a slow or dead link).
   static let catchUpWait: Duration = .milliseconds(1500)
   /// The shortest a read stays unanswered before it counts as parked (caught up).
+  /// A reply this much shorter than its count had room for one more line (the longest is
+  /// about 300 bytes).
+  static let longestLine = 512
   static let minimumParkedAfter: Duration = .milliseconds(150)
 
   /// How long a read stays unanswered before it counts as parked: a reply with the backlog
@@ -370,7 +376,9 @@ final class RoomFeed: @unchecked Sendable {
       let elapsed = started.duration(to: .now)
       switch result {
       case .success(let data):
-        received(Array(data), elapsed: elapsed, session: session, fid: fid, generation: generation)
+        received(
+          Array(data), count: Int(count), elapsed: elapsed, session: session, fid: fid,
+          generation: generation)
       case .failure(.flushed), .failure(.cancelled):
         // Released or shut down (the generation moved on), or gave up its turn: queue again.
         readNext(session: session, fid: fid, generation: generation)
@@ -424,7 +432,8 @@ final class RoomFeed: @unchecked Sendable {
   }
 
   private func received(
-    _ data: [UInt8], elapsed: Duration, session: Session, fid: Fid, generation: UInt64
+    _ data: [UInt8], count: Int, elapsed: Duration, session: Session, fid: Fid,
+    generation: UInt64
   ) {
     lock.lock()
     let current = generation == self.generation
@@ -435,8 +444,8 @@ final class RoomFeed: @unchecked Sendable {
     // A reply to a read the last reader's close was flushing still counts: the server moved
     // this user's place past these lines, so they will never come again.
     if current { inFlight = nil }
-    // An empty reply: the server has nothing more for us now.
-    let caughtUpNow = current && data.isEmpty && !caughtUp
+    // A reply with room for another line (or none at all): the server had nothing more.
+    let caughtUpNow = current && data.count + Self.longestLine <= count && !caughtUp
     if caughtUpNow { caughtUp = true }
     var data = data
     if data.isEmpty && elapsed < Self.instantReply && echoes == nil {
@@ -461,7 +470,9 @@ final class RoomFeed: @unchecked Sendable {
     let delay = backoff
     let growth = data.isEmpty ? nil : onGrowth
     lock.unlock()
-    if caughtUpNow { logger.debug("room feed \(room): caught up (an empty reply)") }
+    if caughtUpNow {
+      logger.debug("room feed \(room): caught up (\(data.count) bytes of \(count))")
+    }
     // The next read goes out first, so the server has it parked by the next post; then the
     // waiting readers are answered, several at a time when there are many.
     if !current {
