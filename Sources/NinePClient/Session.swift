@@ -464,6 +464,13 @@ public final class Session: @unchecked Sendable {
 
   // MARK: - State
 
+  /// Whether `request` still waits in the queue (the wire discipline has not let it go yet).
+  public func isQueued(_ request: RequestHandle) -> Bool {
+    condition.lock()
+    defer { condition.unlock() }
+    return state.queue.contains { $0.id == request.id }
+  }
+
   /// Why the session closed, or nil while it is open.
   public var closedReason: String? {
     condition.lock()

@@ -14,6 +14,16 @@ import NinePProtocol
 /// When more feeds share a session than it has parking slots, the reads beyond the slots wait
 /// in the session's queue; the session rotates the slots (see
 /// ``SessionConfiguration/parkingTurn``) and a feed whose read was flushed reads again.
+///
+/// Catching up. The transcript a stopped feed keeps (and the history a remount starts with)
+/// is stale: the server has kept what was said since for this user. So each run of the feed
+/// starts not caught up, and is caught up once the server has nothing more to send: a read
+/// comes back with room to spare (a board sends every unread line that fits the count, so a
+/// reply with room for one more line had them all), empty (a board that answers at once) or
+/// stays unanswered past ``parkedAfter(roundTrip:)`` (a board that parks caught-up reads).
+/// Lines said after that are live, not backlog: an open in a busy room does not wait for a
+/// quiet moment. Opens wait for that
+/// (``whenCaughtUp(within:_:)``), bounded, so what they show is what the server has now.
 final class RoomFeed: @unchecked Sendable {
   let room: String
   let path: [String]
@@ -45,13 +55,21 @@ final class RoomFeed: @unchecked Sendable {
   /// restarted server's backlog, a post the outbox sends again). Stopping and starting again
   /// as readers come and go replays nothing: the server keeps the user's place.
   private var lostRead = false
+  /// This run of the feed has read everything the server had for the user (see the type's
+  /// comment). False while stopped: the server may be keeping lines for us.
+  private var caughtUp = false
   /// Called (outside the lock) whenever the transcript grows: poll wake-ups.
   var onGrowth: (@Sendable () -> Void)?
 
   private struct Waiter {
-    /// Wake when the transcript is longer than this.
-    var beyond: UInt64
+    /// Wake when the transcript is longer than this; nil: once the feed is caught up.
+    var beyond: UInt64?
     var callback: @Sendable () -> Void
+
+    func isReady(length: UInt64, caughtUp: Bool) -> Bool {
+      if let beyond { return length > beyond }
+      return caughtUp
+    }
   }
 
   /// First pause after an instant empty reply; doubles while the room stays idle.
@@ -64,6 +82,20 @@ final class RoomFeed: @unchecked Sendable {
   static let maximumRetry: Duration = .seconds(2)
   /// A reply faster than this that carries nothing counts as "instant" and backs off.
   static let instantReply: Duration = .milliseconds(20)
+  /// How long an open waits for the server's backlog before it shows what the mount has
+  /// (a slow or dead link).
+  static let catchUpWait: Duration = .milliseconds(1500)
+  /// The shortest a read stays unanswered before it counts as parked (caught up).
+  /// A reply this much shorter than its count had room for one more line (the longest is
+  /// about 300 bytes).
+  static let longestLine = 512
+  static let minimumParkedAfter: Duration = .milliseconds(150)
+
+  /// How long a read stays unanswered before it counts as parked: a reply with the backlog
+  /// comes within a few round trips of the link (slow on a device link), a parked one never.
+  static func parkedAfter(roundTrip: Duration) -> Duration {
+    max(minimumParkedAfter, roundTrip * 4)
+  }
 
   /// Lines kept on disk between mounts (nil: this mount keeps none).
   private let history: RoomHistory?
@@ -127,9 +159,51 @@ final class RoomFeed: @unchecked Sendable {
   /// at once, a parked read flushed to give its slot to another room) says nothing about the
   /// room, so it does not count.
   func wait(beyond offset: UInt64, _ callback: @escaping @Sendable () -> Void) -> UInt64? {
-    let waiter = Waiter(beyond: offset, callback: callback)
+    add(Waiter(beyond: offset, callback: callback))
+  }
+
+  /// Calls `callback` once this run of the feed has read what the server kept for the user
+  /// (at once if it has), or after `limit` (logged) if the server has not said so by then.
+  /// Returns an id for ``cancelWait(_:)``, or nil if it called back already.
+  func whenCaughtUp(
+    within limit: Duration, _ callback: @escaping @Sendable () -> Void
+  ) -> UInt64? {
+    guard let id = add(Waiter(beyond: nil, callback: callback)) else { return nil }
+    DispatchQueue.global().asyncAfter(deadline: .now() + limit.timeInterval) { [self] in
+      guard let waiter = lock.withLock({ waiters.removeValue(forKey: id) }) else { return }
+      logger.notice(
+        "room feed \(room): no end of the server's backlog within \(limit); showing what the mount has"
+      )
+      waiter.callback()
+    }
+    return id
+  }
+
+  /// Whether this run of the feed has read what the server kept for the user.
+  var isCaughtUp: Bool {
+    lock.withLock { caughtUp }
+  }
+
+  /// How long a run a `stat` started goes on after it caught up: `ls -l` then `tail`, or a
+  /// `stat` in a loop, find the room current at once.
+  static let statLinger: Duration = .seconds(3)
+
+  /// For a `stat` of the room: runs the feed (if no reader does) until it is caught up, then
+  /// calls `callback`; the run goes on for ``statLinger`` after that.
+  func catchUpForStat(_ callback: @escaping @Sendable () -> Void) {
+    retain()
+    _ = whenCaughtUp(within: Self.catchUpWait) { [self] in
+      callback()
+      DispatchQueue.global().asyncAfter(deadline: .now() + Self.statLinger.timeInterval) {
+        [self] in release()
+      }
+    }
+  }
+
+  /// Registers `waiter`, or calls it at once (returning nil) if it is ready.
+  private func add(_ waiter: Waiter) -> UInt64? {
     lock.lock()
-    if transcript.length > offset {
+    if waiter.isReady(length: transcript.length, caughtUp: caughtUp) {
       lock.unlock()
       waiter.callback()
       return nil
@@ -139,6 +213,17 @@ final class RoomFeed: @unchecked Sendable {
     waiters[id] = waiter
     lock.unlock()
     return id
+  }
+
+  /// Removes and returns the callbacks of the waiters now ready. Lock held.
+  private func readyWaitersLocked() -> [@Sendable () -> Void] {
+    let length = transcript.length
+    var ready: [@Sendable () -> Void] = []
+    for (id, waiter) in waiters where waiter.isReady(length: length, caughtUp: caughtUp) {
+      ready.append(waiter.callback)
+      waiters[id] = nil
+    }
+    return ready
   }
 
   /// Forgets a waiter (its reader was interrupted). Returns false if it already ran.
@@ -160,6 +245,8 @@ final class RoomFeed: @unchecked Sendable {
       generation += 1
       // A new run polls at once: an old backoff would miss lines a board's ring drops.
       backoff = .zero
+      // What the server kept for us while stopped is still to come.
+      caughtUp = false
     }
     let current = generation
     lock.unlock()
@@ -209,6 +296,8 @@ final class RoomFeed: @unchecked Sendable {
   /// Moves to a new generation, so replies still on their way start nothing. Lock held.
   private func stopLocked() -> StoppedRead {
     generation += 1
+    // Stopped, the transcript falls behind what the server keeps for us.
+    caughtUp = false
     defer {
       inFlight = nil
       active = nil
@@ -287,7 +376,9 @@ final class RoomFeed: @unchecked Sendable {
       let elapsed = started.duration(to: .now)
       switch result {
       case .success(let data):
-        received(Array(data), elapsed: elapsed, session: session, fid: fid, generation: generation)
+        received(
+          Array(data), count: Int(count), elapsed: elapsed, session: session, fid: fid,
+          generation: generation)
       case .failure(.flushed), .failure(.cancelled):
         // Released or shut down (the generation moved on), or gave up its turn: queue again.
         readNext(session: session, fid: fid, generation: generation)
@@ -304,11 +395,45 @@ final class RoomFeed: @unchecked Sendable {
     }
     lock.lock()
     if generation == self.generation && readToken == token { inFlight = (session, handle) }
+    let watch = !caughtUp
     lock.unlock()
+    if watch { watchForPark(handle, token: token, session: session, generation: generation) }
+  }
+
+  /// Counts the feed caught up if the read `token` is still unanswered, though sent, after
+  /// ``parkedAfter(roundTrip:)``: the server parked it, it has nothing more for us.
+  private func watchForPark(
+    _ handle: RequestHandle, token: UInt64, session: Session, generation: UInt64
+  ) {
+    let wait = Self.parkedAfter(roundTrip: session.statistics.roundTrip)
+    DispatchQueue.global().asyncAfter(deadline: .now() + wait.timeInterval) { [self] in
+      let watching = lock.withLock {
+        generation == self.generation && readToken == token && !caughtUp
+      }
+      guard watching else { return }
+      // Still queued behind the wire discipline (a device link's busy rule): not parked yet.
+      if session.isQueued(handle) {
+        return watchForPark(handle, token: token, session: session, generation: generation)
+      }
+      noticeParked(token: token, generation: generation, after: wait)
+    }
+  }
+
+  private func noticeParked(token: UInt64, generation: UInt64, after wait: Duration) {
+    lock.lock()
+    guard generation == self.generation, readToken == token, !caughtUp else {
+      return lock.unlock()
+    }
+    caughtUp = true
+    let ready = readyWaitersLocked()
+    lock.unlock()
+    logger.debug("room feed \(room): caught up (a read unanswered for \(wait))")
+    for callback in ready { callback() }
   }
 
   private func received(
-    _ data: [UInt8], elapsed: Duration, session: Session, fid: Fid, generation: UInt64
+    _ data: [UInt8], count: Int, elapsed: Duration, session: Session, fid: Fid,
+    generation: UInt64
   ) {
     lock.lock()
     let current = generation == self.generation
@@ -319,6 +444,9 @@ final class RoomFeed: @unchecked Sendable {
     // A reply to a read the last reader's close was flushing still counts: the server moved
     // this user's place past these lines, so they will never come again.
     if current { inFlight = nil }
+    // A reply with room for another line (or none at all): the server had nothing more.
+    let caughtUpNow = current && data.count + Self.longestLine <= count && !caughtUp
+    if caughtUpNow { caughtUp = true }
     var data = data
     if data.isEmpty && elapsed < Self.instantReply && echoes == nil {
       echoes = EchoFilter(lines: transcript.lastLines(EchoFilter.window))
@@ -333,12 +461,7 @@ final class RoomFeed: @unchecked Sendable {
     data = drop(data, through: &echoes, "bytes the board sent again")
     data = drop(data, through: &dedupe, "replayed bytes")
     transcript.append(data)
-    let length = transcript.length
-    var ready: [@Sendable () -> Void] = []
-    for (id, waiter) in waiters where length > waiter.beyond {
-      ready.append(waiter.callback)
-      waiters[id] = nil
-    }
+    let ready = readyWaitersLocked()
     if data.isEmpty && elapsed < Self.instantReply {
       backoff = backoff == .zero ? Self.minimumBackoff : min(backoff * 2, Self.maximumIdlePoll)
     } else {
@@ -347,6 +470,9 @@ final class RoomFeed: @unchecked Sendable {
     let delay = backoff
     let growth = data.isEmpty ? nil : onGrowth
     lock.unlock()
+    if caughtUpNow {
+      logger.debug("room feed \(room): caught up (\(data.count) bytes of \(count))")
+    }
     // The next read goes out first, so the server has it parked by the next post; then the
     // waiting readers are answered, several at a time when there are many.
     if !current {

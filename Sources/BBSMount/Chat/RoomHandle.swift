@@ -45,8 +45,9 @@ final class RoomHandle: OpenHandle, @unchecked Sendable {
 
   // MARK: Opening
 
-  /// Opens the room `feed` reads for `request`, stored in `handles`: replies once the room
-  /// has its first line.
+  /// Opens the room `feed` reads for `request`, stored in `handles`: replies once the feed
+  /// has read what the server kept for the user (bounded by ``RoomFeed/catchUpWait``) and
+  /// the room has its first line.
   static func open(
     _ request: FuseRequest, feed: RoomFeed, inode: FuseInode, poster: PostHandle?,
     info: FuseFileInfo, handles: HandleTable, passes: FollowPasses
@@ -65,23 +66,34 @@ final class RoomHandle: OpenHandle, @unchecked Sendable {
       return
     }
     let opened = info
-    // Wait for the room's first line so `st_size` tells the truth: GNU tail reads a 0-byte
-    // file to its end before printing anything, and a room never ends. A copy (O_NOFOLLOW)
-    // waits only briefly: it takes what there is.
-    let waiter = WaiterBox()
+    // First the lines the server kept for us (a room nobody had open, a remount: what the
+    // mount has is stale), so `tail -n 5` shows the last five said, not the last five seen.
+    // Then the room's first line, so `st_size` tells the truth: GNU tail reads a 0-byte file
+    // to its end before printing anything, and a room never ends. A copy (O_NOFOLLOW) waits
+    // only briefly: it takes what there is.
+    let catchUp = WaiterBox()
+    let firstLine = WaiterBox()
     let pending = PendingReply(request) { _ in
-      if let id = waiter.id { feed.cancelWait(id) }
+      if let id = catchUp.id { feed.cancelWait(id) }
+      if let id = firstLine.id { feed.cancelWait(id) }
       handles.remove(handleID)
       feed.release()
     }
     guard !pending.isAnswered else { return }
-    waiter.id = feed.wait(beyond: 0) {
-      pending.take()?.replyOpen(opened)
+    let caughtUp: @Sendable () -> Void = {
+      guard !pending.isAnswered else { return }
+      firstLine.id = feed.wait(beyond: 0) {
+        pending.take()?.replyOpen(opened)
+      }
+      // Interrupted meanwhile: its cancel may have missed this waiter.
+      if pending.isAnswered, let id = firstLine.id { feed.cancelWait(id) }
     }
+    catchUp.id = feed.whenCaughtUp(within: RoomFeed.catchUpWait, caughtUp)
     if endsAtEnd {
       DispatchQueue.global().asyncAfter(deadline: .now() + copyOpenWait.timeInterval) {
         guard let request = pending.take() else { return }
-        if let id = waiter.id { feed.cancelWait(id) }
+        if let id = catchUp.id { feed.cancelWait(id) }
+        if let id = firstLine.id { feed.cancelWait(id) }
         request.replyOpen(opened)
       }
     }
