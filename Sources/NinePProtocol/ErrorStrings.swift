@@ -81,6 +81,7 @@ public enum ErrorStrings {
     "file does not exist": ENOENT,
     "file exists": EEXIST,
     "directory not empty": ENOTEMPTY,
+    "file too large": EFBIG,
     "file in use": EBUSY,
     "file is open": EBUSY,
     "i/o error": EIO,

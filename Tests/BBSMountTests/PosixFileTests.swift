@@ -195,6 +195,32 @@ final class PosixFileTests: XCTestCase {
     rig.assertNoViolations()
   }
 
+  /// A directory renamed over a non-empty one, and a truncate past what the server's file
+  /// system holds, fail as they do on a local disk (they were "wstat failed": EIO, shown as
+  /// EPERM).
+  func testRenameOverANonEmptyDirectoryAndAHugeTruncateSayWhy() throws {
+    let (rig, _) = try start()
+    try sh("mkdir -p '\(rig.path("files/a"))' '\(rig.path("files/b/c"))'")
+    let script = """
+      import errno, os, sys
+      try:
+          os.rename(sys.argv[1], sys.argv[2])
+          print("renamed")
+      except OSError as e:
+          print(errno.errorcode[e.errno])
+      open(sys.argv[3], "w").close()
+      try:
+          os.truncate(sys.argv[3], 999999999999999)
+          print("truncated")
+      except OSError as e:
+          print(errno.errorcode[e.errno])
+      """
+    XCTAssertEqual(
+      try python(rig, script, [rig.path("files/a"), rig.path("files/b"), rig.path("files/big")]),
+      "ENOTEMPTY\nEFBIG\n")
+    rig.assertNoViolations()
+  }
+
   func testMkdirModeIsShownAsMade() throws {
     let (rig, area) = try start()
     try sh("mkdir -m 0151 \(rig.path("files/odd"))")

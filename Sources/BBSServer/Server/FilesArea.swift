@@ -35,6 +35,8 @@ struct NinePFailure: Error, Equatable {
   static let noSuchFile = NinePFailure(errno: ENOENT, operation: "stat")
   /// ENOTEMPTY from the file system, in Plan 9's words (a Gen-1 board says `remove failed`).
   static let directoryNotEmpty = NinePFailure(fileSystemError: "directory not empty")
+  /// EFBIG from the file system (a truncate past the largest file it holds).
+  static let fileTooLarge = NinePFailure(fileSystemError: "file too large")
 }
 
 /// What the file system says about one entry of the files area.
@@ -245,6 +247,8 @@ final class FilesArea: Sendable {
     guard writable else { throw NinePFailure("permission denied") }
     let path = try confinedPath(parts)
     guard Glibc.truncate(path, off_t(clamping: length)) == 0 else {
+      // Past what the file system holds: said so, not "wstat failed" (EIO).
+      if errno == EFBIG { throw NinePFailure.fileTooLarge }
       throw NinePFailure(errno: errno, operation: "wstat")
     }
   }
@@ -258,6 +262,11 @@ final class FilesArea: Sendable {
     let parentPath = try confinedPath(Array(parts.dropLast()))
     guard
       Glibc.rename(parentPath + "/" + (parts.last ?? ""), parentPath + "/" + name) == 0
-    else { throw NinePFailure(errno: errno, operation: "wstat") }
+    else {
+      // A directory renamed over a non-empty one: as for remove, Plan 9's words, which every
+      // client maps back to ENOTEMPTY ("wstat failed" would say EIO).
+      if errno == ENOTEMPTY || errno == EEXIST { throw NinePFailure.directoryNotEmpty }
+      throw NinePFailure(errno: errno, operation: "wstat")
+    }
   }
 }
