@@ -2,6 +2,7 @@ import Foundation
 import NinePProtocol
 import NinePTransport
 import TestSupport
+import XCTest
 
 /// A 9P server in the test process, on a real TCP socket, that serves a small tree and
 /// misbehaves on purpose, each way under its own name at the root:
@@ -296,5 +297,33 @@ private final class Connection: @unchecked Sendable {
     default:
       send(tag, .rerror(ename: "operation not supported"))
     }
+  }
+}
+
+extension XCTestCase {
+  /// A ``HostileServer`` and a real `mount9bbs -f` of it with `timeout=`, both torn down with
+  /// the test (stalled requests answered first, so the mount goes promptly); the mount's log
+  /// is printed when the test failed.
+  func mountHostileServer(timeout: Int) throws -> (HostileServer, MountProcess) {
+    let server = try HostileServer()
+    addTeardownBlock { server.stop() }
+    let directory = try makeTemporaryDirectory("mount9bbs-hostile")
+    let mountpoint = directory + "/mnt"
+    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: false)
+    addTeardownBlock {
+      guard !isMounted(mountpoint) else { return }
+      try? FileManager.default.removeItem(atPath: directory)
+    }
+    let mount = try MountProcess(
+      address: server.address, mountpoint: mountpoint, options: ["timeout=\(timeout)"])
+    addTeardownBlock {
+      server.stall(false)
+      mount.stop()
+    }
+    addTeardownBlock { [weak self] in
+      guard let run = self?.testRun, run.totalFailureCount > 0 else { return }
+      print("--- mount9bbs log:\n\(mount.child.text)---")
+    }
+    return (server, mount)
   }
 }

@@ -13,28 +13,7 @@ final class ServerMisbehaviourTests: XCTestCase {
   private static let requestTimeout = 3
 
   override func setUpWithError() throws {
-    let server = try HostileServer()
-    self.server = server
-    addTeardownBlock { server.stop() }
-    let directory = try makeTemporaryDirectory("mount9bbs-misbehaviour")
-    let mountpoint = directory + "/mnt"
-    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: false)
-    addTeardownBlock {
-      guard !isMounted(mountpoint) else { return }
-      try? FileManager.default.removeItem(atPath: directory)
-    }
-    let mount = try MountProcess(
-      address: server.address, mountpoint: mountpoint,
-      options: ["timeout=\(Self.requestTimeout)"])
-    self.mount = mount
-    addTeardownBlock {
-      server.stall(false)
-      mount.stop()
-    }
-    addTeardownBlock { [weak self] in
-      guard let run = self?.testRun, run.totalFailureCount > 0 else { return }
-      print("--- mount9bbs log:\n\(mount.child.text)---")
-    }
+    (server, mount) = try mountHostileServer(timeout: Self.requestTimeout)
   }
 
   private func path(_ relative: String) -> String { mount.mountpoint + "/" + relative }
