@@ -105,10 +105,12 @@ extension BBSFileSystem {
     let here = followed.filter { $0.inode == node.inode }
     let opened = all.contains { $0.handle.opener == pid && $0.handle.inode == node.inode }
     if !opened, case .room(let room) = node.kind {
-      // A `stat` of the room: what the server has now, not the transcript as last seen. (An
-      // `fstat` of an open handle, a copy's included, sees the transcript its open caught up.)
+      // A `stat` of a room nobody has open is answered at once with what the mount has (an
+      // `ls -l` stats every room: waiting for each room's backlog took seconds on a board
+      // and `timeout=` per room on a frozen server), and the room catches up meanwhile, so
+      // a `stat` a moment later, and the `tail -n` that opens it, show what the server has.
       let feed = feeds.feed(for: node.path, room: room)
-      if !feed.isCaughtUp { return answerCaughtUp(request, node, feed: feed) }
+      if !feed.isCaughtUp { feed.catchUpForStat {} }
     }
     guard !here.isEmpty, followed.allSatisfy(\.isCaughtUp), let mountpoint = options.mountpoint,
       CallerProcess(pid: pid).opensFilesOnlyUnder(mountpoint)
@@ -125,18 +127,6 @@ extension BBSFileSystem {
       else { return answer(request, node, updating: here) }
     }
     hold(request, node, answering: here, until: followed)
-  }
-
-  /// Answers a `stat` once `feed` has read what the server kept for the user (bounded); an
-  /// interrupt answers at once with the attributes as they are.
-  private func answerCaughtUp(_ request: FuseRequest, _ node: InodeTable.Node, feed: RoomFeed) {
-    let pending = PendingReply(
-      request, answerInterrupt: { [self] interrupted in answer(interrupted, node, updating: []) })
-    guard !pending.isAnswered else { return }
-    feed.catchUpForStat { [self] in
-      guard let request = pending.take() else { return }
-      answer(request, node, updating: [])
-    }
   }
 
   /// Replies with the node's attributes now and records the size each handle was told.
