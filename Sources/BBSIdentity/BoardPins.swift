@@ -167,14 +167,7 @@ public struct BoardPins: Sendable {
   /// made private.
   @discardableResult
   public func pin(_ key: BoardKey, at address: String) throws(IdentityError) -> Bool {
-    let directory = (path as NSString).deletingLastPathComponent
-    do {
-      try FileManager.default.createDirectory(
-        atPath: directory, withIntermediateDirectories: true,
-        attributes: [.posixPermissions: 0o700])
-    } catch {
-      throw .writeFailed(path: directory, reason: "\(error)")
-    }
+    try makePrivateDirectory(containing: path)
     let descriptor = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0o600)
     guard descriptor >= 0 else {
       throw .writeFailed(path: path, reason: String(cString: strerror(errno)))

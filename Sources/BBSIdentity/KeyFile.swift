@@ -120,16 +120,7 @@ public enum KeyFile {
   public static func write(_ key: PrivateKey, to path: String, comment: String, replace: Bool)
     throws(IdentityError)
   {
-    let directory = (path as NSString).deletingLastPathComponent
-    if !directory.isEmpty {
-      do {
-        try FileManager.default.createDirectory(
-          atPath: directory, withIntermediateDirectories: true,
-          attributes: [.posixPermissions: 0o700])
-      } catch {
-        throw .writeFailed(path: directory, reason: "\(error)")
-      }
-    }
+    try makePrivateDirectory(containing: path)
     let flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (replace ? O_TRUNC : O_EXCL)
     let descriptor = open(path, flags, 0o600)
     guard descriptor >= 0 else {
@@ -172,5 +163,18 @@ public enum KeyFile {
     guard fsync(descriptor) == 0 else {
       throw .writeFailed(path: path, reason: String(cString: strerror(errno)))
     }
+  }
+}
+
+/// Makes the directory `path` goes in (mode 0700 where it is made), for a key or pin file.
+func makePrivateDirectory(containing path: String) throws(IdentityError) {
+  let directory = (path as NSString).deletingLastPathComponent
+  guard !directory.isEmpty else { return }
+  do {
+    try FileManager.default.createDirectory(
+      atPath: directory, withIntermediateDirectories: true,
+      attributes: [.posixPermissions: 0o700])
+  } catch {
+    throw .writeFailed(path: directory, reason: "\(error)")
   }
 }

@@ -23,7 +23,7 @@ struct VisibleControls: Sendable {
     while index < input.count {
       let byte = input[index]
       if byte < 0x80 {
-        if byte == 0x09 || byte == 0x0A || (byte >= 0x20 && byte != 0x7F) {
+        if byte == 0x09 || byte == 0x0A || !TerminalText.isUnsafe(UInt32(byte)) {
           output.append(byte)
         } else {
           Self.appendEscape(byte, to: &output)
@@ -39,10 +39,8 @@ struct VisibleControls: Sendable {
         Self.appendEscape(byte, to: &output)
         index += 1
       case .scalar(let value, let length):
-        if (0x80...0x9F).contains(value) {
-          Self.appendEscape(UInt8(value), to: &output)
-        } else if Self.isBidirectionalControl(value) {
-          output += Array("\\u{\(Self.hex(value, width: 4))}".utf8)
+        if TerminalText.isUnsafe(value) {
+          output += Array(TerminalText.visibleEscape(value).utf8)
         } else {
           output += input[index..<(index + length)]
         }
@@ -102,19 +100,8 @@ struct VisibleControls: Sendable {
     return .scalar(value, length: length)
   }
 
-  private static func isBidirectionalControl(_ value: UInt32) -> Bool {
-    switch value {
-    case 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
-    default: false
-    }
-  }
-
+  /// A byte that is not text (a control, or not UTF-8), as `\xNN`.
   private static func appendEscape(_ byte: UInt8, to output: inout [UInt8]) {
-    output += Array("\\x\(hex(UInt32(byte), width: 2))".utf8)
-  }
-
-  private static func hex(_ value: UInt32, width: Int) -> String {
-    let digits = String(value, radix: 16, uppercase: true)
-    return String(repeating: "0", count: max(0, width - digits.count)) + digits
+    output += Array(TerminalText.visibleEscape(UInt32(byte)).utf8)
   }
 }
