@@ -96,6 +96,60 @@ final class RoomFileTests: XCTestCase {
     XCTAssertEqual(empty.status, 124, "without history the room had lines: \(empty.output)")
   }
 
+  /// Words said again are shown again: after a remount, a line posted while away with the
+  /// same author and text as one the room already showed is in the backlog, and the same words
+  /// said right after the remount reach a reader (only an exact copy, stamp and all, is a
+  /// replay; this mount used to drop such lines for 15 s).
+  func testWordsSaidAgainAroundARemountShow() throws {
+    let server = try ServerProcess(transport: "tcp")
+    addTeardownBlock { server.stop() }
+    let directory = try makeTemporaryDirectory("mount9bbs-again")
+    let state = directory + "/state"
+    for name in ["ada", "bob"] {
+      try FileManager.default.createDirectory(
+        atPath: directory + "/" + name, withIntermediateDirectories: false)
+    }
+    func mount(_ name: String) throws -> MountProcess {
+      let mount = try MountProcess(
+        address: server.address, mountpoint: directory + "/" + name, options: ["uname=" + name],
+        environment: ["XDG_STATE_HOME": state + "-" + name])
+      addTeardownBlock { mount.stop() }
+      return mount
+    }
+    let room = directory + "/ada/chat/lobby"
+    func bobSays(_ text: String) throws {
+      XCTAssertEqual(try shell("/bin/echo \(text) > \(directory)/bob/chat/post").status, 0)
+    }
+    /// Server stamps have whole seconds: the same words a second later are another line.
+    func nextSecond() { Thread.sleep(forTimeInterval: 1.1) }
+
+    _ = try mount("bob")
+    let first = try mount("ada")
+    try bobSays("ok")
+    let seen = try shell("timeout 10 head -n 1 \(room)", timeout: 20)
+    XCTAssertTrue(seen.output.hasSuffix("bob: ok\n"), seen.output)
+    first.stop()
+
+    nextSecond()
+    try bobSays("ok")
+    _ = try mount("ada")
+    let caughtUp = try shell("timeout 5 tail -n 2 \(room)", timeout: 20)
+    XCTAssertEqual(
+      caughtUp.output.components(separatedBy: "bob: ok\n").count, 3,
+      "the ok said while away is missing: \(caughtUp.output)")
+
+    let reader = ChildProcess("/bin/sh", ["-c", "exec cat \(room)"])
+    try reader.start()
+    addTeardownBlock { reader.stop(grace: 1) }
+    func oks() -> Int { reader.text.components(separatedBy: "bob: ok\n").count - 1 }
+    XCTAssertTrue(waitUntil(timeout: 10) { oks() == 2 }, reader.text)
+    nextSecond()
+    try bobSays("ok")
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { oks() == 3 },
+      "the ok said after the remount did not show: \(reader.text)")
+  }
+
   private func post(_ rig: MountRig, _ text: String) throws {
     let result = try shell("echo '\(text)' > \(rig.path("chat/post"))")
     XCTAssertEqual(result.status, 0, result.output)

@@ -32,41 +32,29 @@ struct EchoFilter: LineFilter {
   }
 }
 
-/// Drops lines a reconnected room replays: those whose text (the line without its
-/// `[HH:MM:SS] ` stamp, which a restarted board recomputes) the transcript already had.
+/// Drops lines a reconnected room replays: exact copies (stamp, author and text) of lines the
+/// transcript already had, in the backlog the server sends before the room is caught up.
 ///
-/// It is active for a short window after the reconnect, long enough for the backlog and for
-/// posts the outbox sends again. Lines it lets through join the known set: a post that landed
-/// before the outage but reached us only in the replayed backlog may arrive a second time when
-/// the outbox, never having seen its reply, sends it again. A genuinely repeated line by the
-/// same author inside that window is dropped too, the price of never showing a line twice.
+/// It is armed when a room is read again after a lost read or a remount and disarmed by the
+/// room feed at the first sign the backlog is over (a parked read, a short reply), so a line
+/// said again later, or said while we were away with the same text at another time, is shown:
+/// "ok", "+1" and a bot's `!ping` repeat all day. Lines it lets through join the known set, so
+/// a backlog that repeats itself shows each line once.
 struct ReplayFilter: LineFilter {
   static let window = 2000
-  static let lifetime: Duration = .seconds(15)
   private var known: Set<[UInt8]>
-  private let until: ContinuousClock.Instant
 
   init(lines: [ArraySlice<UInt8>]) {
-    known = Set(lines.map { Self.body(of: $0) })
-    until = .now + Self.lifetime
+    known = Set(lines.map { Self.key(of: $0) })
   }
-
-  var isExpired: Bool { ContinuousClock.now >= until }
 
   mutating func filter(_ data: [UInt8]) -> [UInt8] {
-    keptLines(of: data) { known.insert(Self.body(of: $0)).inserted }
+    keptLines(of: data) { known.insert(Self.key(of: $0)).inserted }
   }
 
-  /// The line without a leading `[…] ` stamp and without its newline.
-  static func body(of line: ArraySlice<UInt8>) -> [UInt8] {
-    var line = line
-    if line.last == UInt8(ascii: "\n") { line = line.dropLast() }
-    if line.first == UInt8(ascii: "["), let close = line.firstIndex(of: UInt8(ascii: "]")),
-      line.index(after: close) < line.endIndex, line[line.index(after: close)] == UInt8(ascii: " ")
-    {
-      return Array(line[line.index(close, offsetBy: 2)...])
-    }
-    return Array(line)
+  /// The line without its newline.
+  static func key(of line: ArraySlice<UInt8>) -> [UInt8] {
+    Array(line.last == UInt8(ascii: "\n") ? line.dropLast() : line)
   }
 }
 

@@ -425,6 +425,7 @@ final class RoomFeed: @unchecked Sendable {
       return lock.unlock()
     }
     caughtUp = true
+    dedupe = nil
     let ready = readyWaitersLocked()
     lock.unlock()
     logger.debug("room feed \(room): caught up (a read unanswered for \(wait))")
@@ -452,7 +453,6 @@ final class RoomFeed: @unchecked Sendable {
       echoes = EchoFilter(lines: transcript.lastLines(EchoFilter.window))
       logger.debug("room feed \(room): the server answers caught-up reads at once; polling")
     }
-    if dedupe?.isExpired == true { dedupe = nil }
     // Visible first: the filters compare lines with the transcript's, which are visible.
     if var visible = controls {
       data = visible.escape(data)
@@ -460,6 +460,8 @@ final class RoomFeed: @unchecked Sendable {
     }
     data = drop(data, through: &echoes, "bytes the board sent again")
     data = drop(data, through: &dedupe, "replayed bytes")
+    // The backlog is over: what comes next is new, whatever it says.
+    if caughtUpNow { dedupe = nil }
     transcript.append(data)
     let ready = readyWaitersLocked()
     if data.isEmpty && elapsed < Self.instantReply {
