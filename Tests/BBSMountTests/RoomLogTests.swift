@@ -18,6 +18,9 @@ final class RoomLogTests: XCTestCase {
     XCTAssertEqual(
       chatTexts(try sh("timeout 10 grep there \(rig.path("chat/log/lobby"))")),
       ["alice: are you there"])
+    XCTAssertEqual(
+      chatTexts(try sh("timeout 10 tail -n 2 \(rig.path("chat/log/lobby"))")),
+      ["alice: are you there", "bye"])
     let copy = rig.directory + "/lobby.txt"
     try sh("timeout 10 cp \(rig.path("chat/log/lobby")) \(copy)")
     let copied = try String(contentsOfFile: copy, encoding: .utf8)
@@ -81,6 +84,10 @@ final class RoomLogTests: XCTestCase {
 
   func testShowsWhatWasSaidWhileAwayDevice() throws {
     try showsWhatWasSaidWhileAway(.deviceSeqpacket)
+  }
+
+  func testShowsWhatWasSaidWhileAwayGen1() throws {
+    try showsWhatWasSaidWhileAway(.gen1TCP)
   }
 
   /// Other users' escape sequences are text, as in the room file; `-o rawtext` keeps them.
