@@ -211,6 +211,8 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     file: FuseFileInfo?
   ) {
     guard let node = inodes.node(inode) else { return reply(request, ENOENT) }
+    // A transcript (chat/log) is read only, for root too: a truncate or touch is refused.
+    if case .roomLog = node.kind { return reply(request, EACCES) }
     // Writes still on their way (write-behind) land first: a truncate or a touch must not be
     // overtaken by them.
     whenWritesLanded(inode) { [self] in

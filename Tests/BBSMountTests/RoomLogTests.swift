@@ -31,6 +31,15 @@ final class RoomLogTests: XCTestCase {
     // Read only, and nothing is made in it.
     XCTAssertNotEqual(try shell("echo x > \(rig.path("chat/log/lobby"))").status, 0)
     XCTAssertNotEqual(try shell("touch \(rig.path("chat/log/new"))").status, 0)
+    // truncate(2) by path and utimes: a setattr with no open (coreutils opens first).
+    XCTAssertNotEqual(
+      try shell(
+        "python3 -c 'import os,sys; os.truncate(sys.argv[1], 0)' \(rig.path("chat/log/lobby"))"
+      )
+      .status, 0)
+    XCTAssertNotEqual(try shell("touch \(rig.path("chat/log/lobby"))").status, 0)
+    XCTAssertNotEqual(try shell("rm \(rig.path("chat/log/lobby"))").status, 0)
+    XCTAssertNotEqual(try shell("rmdir \(rig.path("chat/log"))").status, 0)
     XCTAssertNotEqual(try shell("timeout 10 cat \(rig.path("chat/log/nosuch"))").status, 0)
     XCTAssertNotEqual(try shell("timeout 10 cat \(rig.path("chat/log/post"))").status, 0)
     rig.assertNoViolations()
