@@ -25,7 +25,9 @@ struct BBSDaemonCommand: ParsableCommand {
       cursor for everyone keyed by the last writer on any connection, one generic error \
       string per operation ("read failed", …), Rversion tagged NOTAG, requests served one \
       at a time in order, and fids left open at disconnect counted and logged. Without \
-      --listen or --stdio it listens on \(BBSServerConfiguration.defaultListen).
+      --listen or --stdio it listens on \(BBSServerConfiguration.defaultListen). \
+      /chat/users lists the users with a connection attached now; the device and gen1 \
+      profiles list, as a board does, everyone who has read a room since the start.
 
       With --auth optional or required, clients prove who they are with Tauth, as on a \
       current board: an Ed25519 or P-256 key whose identity is the hex of SHA-256(public \

@@ -183,6 +183,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       return
     }
     if case .room = node.kind { return getattrRoom(request, node, file: file) }
+    if case .roomLog = node.kind { return getattrRoomLog(request, node, file: file) }
     // An unlinked node (fstat of a file removed while open) has only what the mount knows.
     if node.inode == .root || node.unlinked
       || node.fetched.duration(to: .now) < options.attributeTimeout || nodes.isLocal(node.kind)
@@ -210,6 +211,8 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     file: FuseFileInfo?
   ) {
     guard let node = inodes.node(inode) else { return reply(request, ENOENT) }
+    // A transcript (chat/log) is read only, for root too: a truncate or touch is refused.
+    if case .roomLog = node.kind { return reply(request, EACCES) }
     // Writes still on their way (write-behind) land first: a truncate or a touch must not be
     // overtaken by them.
     whenWritesLanded(inode) { [self] in
@@ -320,6 +323,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     guard name.utf8.count <= nameLimit else { return reply(request, ENAMETOOLONG) }
     guard !options.readOnly else { return reply(request, EROFS) }
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
+    guard !isRoomLogs(directory, name) else { return reply(request, EACCES) }
     answersInterrupts(request)
     remote.makeDirectory(in: directory.path, name: name, permissions: UInt32(mode)) {
       [self] made in
@@ -349,6 +353,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     }
     guard !options.readOnly else { return reply(request, EROFS) }
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
+    guard !isRoomLogs(directory, name) else { return reply(request, EACCES) }
     answersInterrupts(request)
     remote.remove(directory.path + [name]) { [self] result in
       listings.invalidate(directory.path)
@@ -373,6 +378,9 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     guard parent == newParent else { return reply(request, EXDEV) }
     guard flags.isEmpty else { return reply(request, EINVAL) }
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
+    guard !isRoomLogs(directory, name), !isRoomLogs(directory, newName) else {
+      return reply(request, EACCES)
+    }
     answersInterrupts(request)
     remote.rename(in: directory.path, name, to: newName) { [self] result in
       listings.invalidate(directory.path)
@@ -437,6 +445,14 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
           request.replyError(error.errno)
         }
       }
+    case .roomLogs:
+      request.replyError(EISDIR)
+    case .roomLog(let room):
+      // A transcript: read only, whoever asks (mode 0444 and root alike).
+      guard !writes else { return reply(request, EACCES) }
+      RoomLogHandle.open(
+        request, feed: feeds.feed(for: RoomLogs.roomPath(of: node.path), room: room),
+        inode: node.inode, info: info, handles: handles)
     case .file:
       answersInterrupts(request)
       FileHandle.open(request, node: node, info: info, tree: tree, remote: remote, handles: handles)
@@ -449,6 +465,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     guard name.utf8.count <= nameLimit else { return reply(request, ENAMETOOLONG) }
     guard !options.readOnly else { return reply(request, EROFS) }
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
+    guard !isRoomLogs(directory, name) else { return reply(request, EACCES) }
     let path = directory.path + [name]
     var info = file
     info.directIO = true
@@ -483,6 +500,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     guard name.utf8.count <= nameLimit else { return reply(request, ENAMETOOLONG) }
     guard !options.readOnly else { return reply(request, EROFS) }
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
+    guard !isRoomLogs(directory, name) else { return reply(request, EACCES) }
     guard mode & S_IFMT == S_IFREG, !classifier.isBoardRoom(directory.path),
       !classifier.isChatDirectory(directory.path)
     else { return reply(request, EPERM) }
@@ -554,6 +572,11 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   }
 
   // MARK: - Helpers
+
+  /// Whether `name` in `directory` is `chat/log` or in it: the mount's own, read only.
+  private func isRoomLogs(_ directory: InodeTable.Node, _ name: String) -> Bool {
+    directory.kind == .roomLogs || classifier.kind(of: directory.path + [name]) == .roomLogs
+  }
 
   /// A post writer for a room (or for `/chat/post` with `room` nil).
   private func poster(room: String?, _ chatDirectory: [String]) -> PostHandle {

@@ -80,7 +80,7 @@ final class Bench: @unchecked Sendable {
     setenv("XDG_STATE_HOME", work + "/state", 1)
     try makeArea()
     let wants = settings.sections
-    let local = ["cat", "client", "meta", "chat", "daemon", "people"].contains {
+    let local = ["cat", "client", "meta", "chat", "daemon", "people", "scripts"].contains {
       wants.contains($0)
     }
     if local {
@@ -92,9 +92,10 @@ final class Bench: @unchecked Sendable {
     if wants.contains("chat") { try chatSection() }
     if wants.contains("daemon") { try daemonSection() }
     // The people section (last, so the sections keep their numbers) needs the TCP server.
-    if !wants.contains("people") { stopServer() }
+    if !wants.contains("people") && !wants.contains("scripts") { stopServer() }
     if wants.contains("ble") { try bleSection() }
     if wants.contains("people") { try peopleSection() }
+    if wants.contains("scripts") { try scriptsSection() }
     stopServer()
   }
 
@@ -158,12 +159,13 @@ final class Bench: @unchecked Sendable {
   var serverAddress: TransportAddress { .tcp(host: "127.0.0.1", port: serverPort) }
 
   func mountServer(
-    _ name: String, address: String, options: [String] = [], binary: String? = nil
+    _ name: String, address: String, options: [String] = [], binary: String? = nil,
+    uname: String? = nil
   ) throws -> MountedFS {
     // A fresh user name per mount: the server keeps a read cursor per user, and opening a room
     // with nothing unread for that user waits for the next post.
     mounts += 1
-    var arguments = ["-f", "-o", "uname=bench\(mounts)"]
+    var arguments = ["-f", "-o", "uname=\(uname ?? "bench\(mounts)")"]
     for option in options { arguments += ["-o", option] }
     arguments += [address, work + "/" + name]
     return try MountedFS.start(

@@ -120,9 +120,10 @@ final class ChatHubTests: XCTestCase {
     XCTAssertFalse(chat.removeWaiter(id))
   }
 
-  func testUsersListRegisteredOnReadWithIdle() throws {
+  /// A board's rule (device and gen1): every user who ever read, idle since their last read.
+  func testBoardUsersListRegisteredOnReadWithIdle() throws {
     let clock = ManualBoardClock()
-    let chat = try makeChat(clock: clock)
+    let chat = try makeChat(limits: .device, clock: clock)
     try chat.post(payload: Array("hi".utf8), author: "poster")
     _ = try chat.read(room: "lobby", user: "alice", count: 512)
     clock.advance(millis: 5_000)
@@ -130,6 +131,30 @@ final class ChatHubTests: XCTestCase {
     clock.advance(millis: 2_000)
     XCTAssertEqual(text(chat.usersList(count: 512)), "alice (idle: 7s)\nbob (idle: 2s)\n")
     XCTAssertEqual(text(chat.usersList(count: 20)), "alice (idle: 7s)\n")
+  }
+
+  /// 9bbsd's own rule: the users with a session attached now, idle since their last read,
+  /// post or attach; a reader who left is gone, one who has not read yet is there.
+  func testUsersListShowsWhoIsAttachedNow() throws {
+    let clock = ManualBoardClock()
+    let chat = try makeChat(clock: clock)
+    chat.arrive("alice")
+    chat.arrive("bob")
+    chat.arrive("bob")
+    clock.advance(millis: 3_000)
+    _ = try chat.read(room: "lobby", user: "alice", count: 512)
+    _ = try chat.read(room: "lobby", user: "carol", count: 512)
+    clock.advance(millis: 2_000)
+    XCTAssertEqual(text(chat.usersList(count: 512)), "alice (idle: 2s)\nbob (idle: 5s)\n")
+    chat.leave("alice")
+    chat.leave("bob")
+    XCTAssertEqual(text(chat.usersList(count: 512)), "bob (idle: 5s)\n")
+    chat.leave("bob")
+    XCTAssertEqual(text(chat.usersList(count: 512)), "")
+    // A board lists whoever read, whether attached or not.
+    let board = try makeChat(limits: .device, clock: clock)
+    board.arrive("dave")
+    XCTAssertEqual(text(board.usersList(count: 512)), "")
   }
 
   func testDeviceUserTableFullOnNinthReader() throws {

@@ -151,6 +151,21 @@ final class RoomFeed: @unchecked Sendable {
     return transcript.read(at: offset, count: count)
   }
 
+  /// The offsets the transcript still keeps: from its oldest kept byte to its length.
+  var extent: Range<UInt64> {
+    lock.withLock { transcript.base..<transcript.length }
+  }
+
+  /// Up to `count` bytes from `offset`, none at or past `end`; nil when the transcript no
+  /// longer keeps the bytes at `offset` (dropped past its capacity).
+  func read(at offset: UInt64, count: Int, before end: UInt64) -> [UInt8]? {
+    lock.withLock {
+      guard offset >= transcript.base else { return nil }
+      guard offset < end else { return [] }
+      return transcript.read(at: offset, count: Int(min(UInt64(max(0, count)), end - offset)))
+    }
+  }
+
   /// Calls `callback` once the transcript is longer than `offset` (at once if it already is).
   /// Returns an id for ``cancelWait(_:)``, or nil if it called back already.
   ///
@@ -188,7 +203,7 @@ final class RoomFeed: @unchecked Sendable {
   /// `stat` in a loop, find the room current at once.
   static let statLinger: Duration = .seconds(3)
 
-  /// For a `stat` of the room: runs the feed (if no reader does) until it is caught up, then
+  /// For a `stat` of the room or an open of its log: runs the feed (if no reader does) until it is caught up, then
   /// calls `callback`; the run goes on for ``statLinger`` after that.
   func catchUpForStat(_ callback: @escaping @Sendable () -> Void) {
     retain()

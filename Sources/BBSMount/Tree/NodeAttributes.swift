@@ -31,7 +31,7 @@ struct NodeAttributes: Sendable {
   /// Whether the mount, not the server, knows the node's attributes.
   func isLocal(_ kind: NodeKind) -> Bool {
     switch kind {
-    case .room, .post, .users: true
+    case .room, .post, .users, .roomLogs, .roomLog: true
     case .directory, .file: false
     }
   }
@@ -84,6 +84,16 @@ struct NodeAttributes: Sendable {
     case .users:
       attributes.st_mode = S_IFREG | 0o444
       attributes.st_nlink = 1
+    case .roomLogs:
+      attributes.st_mode = S_IFDIR | 0o555
+      attributes.st_nlink = 2
+    case .roomLog:
+      attributes.st_mode = S_IFREG | 0o444
+      attributes.st_nlink = 1
+      if let feed = feeds.existing(RoomLogs.roomPath(of: node.path)) {
+        attributes.st_size = Int(clamping: feed.extent.count)
+        mtime = feed.modified
+      }
     }
     // The server's times where it keeps them (a files area does; a board says 0).
     var atime: Date?

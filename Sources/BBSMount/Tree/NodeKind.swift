@@ -12,6 +12,10 @@ public enum NodeKind: Sendable, Equatable {
   case post
   /// `/chat/users`: offset-less, read once per open.
   case users
+  /// `/chat/log`: a directory of the mount's own, one transcript file per room.
+  case roomLogs
+  /// `/chat/log/ROOM`: a room's transcript as a file that ends (see RoomLog.swift).
+  case roomLog(name: String)
 }
 
 /// Classifies paths by the 9BBS layout: `/chat/…` at the root or under `/srv/bbs/` (a device's
@@ -37,12 +41,18 @@ public struct PathClassifier: Sendable {
       return .room(name: last)
     }
     let relative = Self.bbsRelative(components)
+    if relative.count == 3, relative.first == "chat", relative.dropFirst().first == "log",
+      let name = relative.last
+    {
+      return .roomLog(name: name)
+    }
     guard relative.count == 2, relative.first == "chat", let name = relative.last else {
       return nil
     }
     switch name {
     case "post": return .post
     case "users": return .users
+    case RoomLogs.directoryName: return .roomLogs
     default: return .room(name: name)
     }
   }

@@ -54,6 +54,7 @@ final class Tree: Sendable {
     _ completion: @escaping @Sendable (Result<InodeTable.Node, NinePError>) -> Void
   ) {
     let path = directory + [name]
+    if RoomLogs.lookup(path, in: self, completion) { return }
     listings.listing(directory) { [self] listed in
       if case .success(let listing) = listed, !listing.stats.contains(where: { $0.name == name }),
         !listings.isComplete(directory)
@@ -135,6 +136,8 @@ final class Tree: Sendable {
     of node: InodeTable.Node,
     _ completion: @escaping @Sendable (Result<[DirectoryEntry], NinePError>) -> Void
   ) {
+    if node.kind == .roomLogs { return RoomLogs.entries(of: node, in: self, completion) }
+    let chat = attributes.classifier.isChatDirectory(node.path)
     listings.listing(node.path, maxAge: .zero) { [self] listed in
       completion(
         listed.map { listing in
@@ -144,9 +147,14 @@ final class Tree: Sendable {
             DirectoryEntry(name: "..", inode: parent, mode: S_IFDIR),
           ]
           for stat in listing.stats {
+            if chat && stat.name == RoomLogs.directoryName {
+              RoomLogs.shadowed(node.path, logger)
+              continue
+            }
             let child = record(node.path + [stat.name], stat, asOf: listing.requested)
             entries.append(DirectoryEntry(name: stat.name, entry: attributes.entry(for: child)))
           }
+          if chat { entries.append(RoomLogs.entry(in: node.path, of: self)) }
           return entries
         })
     }

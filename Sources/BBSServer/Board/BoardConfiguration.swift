@@ -56,6 +56,10 @@ public struct BoardLimits: Sendable, Equatable {
   /// too, so that clients meet what they must make safe to show; lines are split at `\n`
   /// everywhere.
   public var refusesControlCharacters = false
+  /// `/chat/users` lists the users present now: those with a session attached, each with
+  /// the time since their last read, post or attach. A board lists every user who ever read
+  /// a room, for as long as it runs (facts §1.5), and the device and gen1 profiles do too.
+  public var listsConnectedUsers = false
 
   /// The default ``maxMessageBytes`` of the default profile: 64 KiB.
   public static let defaultMaxMessageBytes = 64 << 10
@@ -72,7 +76,7 @@ public struct BoardLimits: Sendable, Equatable {
     chatRingCapacity: 1000, maxChatUsers: nil, maxChatText: 255, maxAuthor: 31,
     messagesPerRoom: 10_000, maxBoardRooms: 1000, maxRoomName: 31, clock: .wallClock,
     failsRootRoomCreate: false, messageWriteReplaces: false, messageStyle: .standard,
-    refusesControlCharacters: true)
+    refusesControlCharacters: true, listsConnectedUsers: true)
 
   /// The limits that go with a profile.
   public static func forProfile(_ profile: BBSProfile) -> BoardLimits {

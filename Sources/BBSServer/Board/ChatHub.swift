@@ -38,6 +38,8 @@ public final class ChatHub: Sendable {
     var rooms: [String: Room] = [:]
     var userOrder: [String] = []
     var users: [String: User] = [:]
+    /// Attached sessions per user key (``arrive(_:)``/``leave(_:)``).
+    var sessions: [String: Int] = [:]
     var waiters: [UInt64: Waiter] = [:]
     var nextWaiter: UInt64 = 1
   }
@@ -266,13 +268,46 @@ public final class ChatHub: Sendable {
     return Array(stamp.utf8) + Array("\(message.author): ".utf8) + message.text + [0x0A]
   }
 
-  /// The presence list `<name> (idle: <N>s)\n`, whole lines up to `count` bytes.
+  // MARK: Presence
+
+  /// A session of `user` attached. Where the list shows who is present
+  /// (``BoardLimits/listsConnectedUsers``), the user is listed from now until their last
+  /// session ends, idle since now.
+  public func arrive(_ user: BoardUser) {
+    guard limits.listsConnectedUsers else { return }
+    let key = cursorKey(user)
+    let shown = displayName(user)
+    let now = clock.uptimeMillis
+    state.withLock { state in
+      state.sessions[key, default: 0] += 1
+      if state.users[key] == nil {
+        state.userOrder.append(key)
+        state.users[key] = User(name: shown, lastActivity: now)
+      }
+      state.users[key]?.lastActivity = now
+    }
+  }
+
+  /// A session that ``arrive(_:)`` counted for `user` ended (disconnect, a new Tversion).
+  public func leave(_ user: BoardUser) {
+    guard limits.listsConnectedUsers else { return }
+    let key = cursorKey(user)
+    state.withLock { state in
+      let left = (state.sessions[key] ?? 1) - 1
+      state.sessions[key] = left > 0 ? left : nil
+    }
+  }
+
+  /// The presence list `<name> (idle: <N>s)\n`, whole lines up to `count` bytes: users
+  /// present now (``BoardLimits/listsConnectedUsers``), or every user who read a room.
   public func usersList(count: Int) -> [UInt8] {
     let now = clock.uptimeMillis
+    let present = limits.listsConnectedUsers
     return state.withLock { state in
       var out: [UInt8] = []
       for key in state.userOrder {
         guard let user = state.users[key] else { continue }
+        if present && state.sessions[key] == nil { continue }
         let idle = (now >= user.lastActivity ? now - user.lastActivity : 0) / 1000
         let line = Array("\(user.name) (idle: \(idle)s)\n".utf8)
         if out.count + line.count > count { break }

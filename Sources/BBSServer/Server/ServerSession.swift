@@ -41,6 +41,8 @@ final class ServerSession: Sendable {
     var versioned = false
     /// A Tattach has succeeded (the handshake timeout no longer applies).
     var attached = false
+    /// The users this session's attaches made present in the chat (``ChatHub/arrive(_:)``).
+    var present: [BoardUser] = []
   }
 
   let id: Int
@@ -115,6 +117,8 @@ final class ServerSession: Sendable {
     for fid in state.fids.values { if let fd = fid.fd { Glibc.close(fd) } }
     state.fids.removeAll()
     state.auth.removeAll()
+    for user in state.present { tree.board.chat.leave(user) }
+    state.present.removeAll()
   }
 
   /// Whether a new fid (or afid) may be made with this number.
@@ -296,6 +300,11 @@ final class ServerSession: Sendable {
         node = next
       }
       tree.board.etc.register(user: user.id)
+      // Counted once per user a session attaches as, and for a bounded number of them.
+      if !state.present.contains(user) && state.present.count < 64 {
+        tree.board.chat.arrive(user)
+        state.present.append(user)
+      }
       state.fids[fid] = FidState(node: node, user: user)
       state.attached = true
       attachedFlag.store(true, ordering: .relaxed)

@@ -1,0 +1,279 @@
+import Foundation
+import Glibc
+import LinkEmulation
+import NinePClient
+import NinePProtocol
+import NinePTransport
+
+// MARK: - 8. chat scripts and catch-up
+
+extension Bench {
+  /// What scripts and returning users meet: `examples/ping-bot.sh` answering `!ping` (the
+  /// round trip seen from a second mount), and what `tail -n N` shows right after a remount
+  /// of the lines said while away, and how long that open took, on loopback and over the
+  /// emulated BLE link.
+  func scriptsSection() throws {
+    let section = "8 chat scripts and catch-up"
+    try pingBotRows(section)
+    let away = 10
+    do {
+      let outcome = try catchUp(
+        address: "tcp!127.0.0.1!\(serverPort)", poster: serverAddress, profile: .multiplex,
+        room: "r01", lines: away, label: "loopback")
+      add(outcome.shownRow(section, "loopback", away: away))
+      add(outcome.timeRow(section, "loopback"))
+    }
+    do {
+      let sdu = settings.bleSDU
+      let socket = work + "/catchup-board.sock"
+      let pid = try Supervisor.shared.spawn(
+        bbsd,
+        [
+          "--profile", "device", "--listen", "seqpacket!\(socket)!\(sdu)", "--rooms", "r0",
+          "--log-level", "warning",
+        ], log: work + "/9bbsd-catchup.log")
+      defer { Supervisor.shared.stop(pid) }
+      guard waitForListener(path: socket) else { throw BenchError("device 9bbsd did not start") }
+      let board = TransportAddress.seqpacket(path: socket, sduLimit: sdu)
+      try seed(board, profile: .device, rooms: ["r0"])
+      let profile = LinkProfile(
+        roundTrip: .microseconds(Int64(settings.bleRTTms * 1000)),
+        bytesPerSecond: settings.bleRate, sduSize: sdu)
+      let link = try LinkEmulator(
+        listen: .seqpacket(path: work + "/catchup-ble.sock", sduLimit: sdu),
+        server: board, profile: profile)
+      link.start()
+      defer { link.close() }
+      let outcome = try catchUp(
+        address: "seqpacket!\(work)/catchup-ble.sock!\(sdu)", poster: board, profile: .device,
+        room: "r0", lines: away, label: "BLE")
+      add(outcome.shownRow(section, "BLE", away: away, note: "link \(profile)"))
+      add(outcome.timeRow(section, "BLE", note: "link \(profile)"))
+    }
+  }
+
+  // MARK: The ping bot
+
+  /// Runs `examples/ping-bot.sh` on one mount and posts `!ping` from a second mount of the
+  /// same server, each 1.5–2 s after the last, timing each from the write of the ping to its
+  /// `pong` line on the second mount's room file.
+  private func pingBotRows(_ section: String) throws {
+    guard let script = pingBotScript() else {
+      add(
+        Row(
+          section, "ping-bot round trip p50, loopback", nil, "ms", "examples/ping-bot.sh not found")
+      )
+      return
+    }
+    let room = "r02"
+    let botMount = try mountServer("mnt-bot", address: "tcp!127.0.0.1!\(serverPort)")
+    defer { unmount(botMount) }
+    let pinger = try mountServer("mnt-pinger", address: "tcp!127.0.0.1!\(serverPort)")
+    defer { unmount(pinger) }
+    // setsid: the script, its tail and its loop form one process group, stopped together.
+    let bot = try Supervisor.shared.spawn(
+      "/usr/bin/setsid", ["/bin/sh", script, botMount.mountpoint, room],
+      log: work + "/ping-bot.log")
+    defer {
+      kill(-bot, SIGKILL)
+      Supervisor.shared.wait(bot, timeout: 3)
+    }
+    let roomFile = pinger.mountpoint + "/chat/" + room
+    let watcher = try LineWatcher(roomFile)
+    defer { watcher.stop() }
+
+    // The bot is ready once it answers: a ping a second until the first pong, for 15 s.
+    let readyBy = Clock.now + 15_000_000_000
+    var ready = false
+    while !ready && Clock.now < readyBy {
+      let at = Clock.now
+      try post("!ping warm-up", to: roomFile)
+      ready =
+        watcher.firstLine(containing: "pong (", after: at, waitingUntil: at + 1_000_000_000)
+        != nil
+    }
+    guard ready else {
+      add(Row(section, "ping-bot round trip p50, loopback", nil, "ms", "the bot never answered"))
+      return
+    }
+    usleep(1_500_000)
+    var latencies: [Double] = []
+    let pings = settings.peoplePosts
+    for index in 1...pings {
+      let at = Clock.now
+      try post("!ping \(index)", to: roomFile)
+      if let seen = watcher.firstLine(
+        containing: "pong (", after: at, waitingUntil: at + 1_500_000_000)
+      {
+        latencies.append(Double(seen - at) / 1e6)
+      }
+      // The next ping 1.5–2 s after this one: a quiet spell before each, as in a chat.
+      let next = at + Int64.random(in: 1_500_000_000...2_000_000_000)
+      let left = next - Clock.now
+      if left > 0 { usleep(UInt32(left / 1000)) }
+    }
+    let p50 = Stats.percentile(latencies, 50)
+    let p95 = Stats.percentile(latencies, 95)
+    let detail =
+      "\(latencies.count)/\(pings) answered within 1.5 s; pings 1.5–2 s apart from a second mount"
+      + String(format: "; max %.1f ms", latencies.max() ?? .nan)
+    add(Row(section, "ping-bot round trip p50, loopback", p50, "ms", detail + "; target ≤ 20 ms"))
+    add(Row(section, "ping-bot round trip p95, loopback", p95, "ms", detail))
+  }
+
+  /// `examples/ping-bot.sh` of the source tree the bench runs in or was built in.
+  private func pingBotScript() -> String? {
+    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
+    var directory = (exe as NSString).deletingLastPathComponent
+    var candidates = [FileManager.default.currentDirectoryPath + "/examples/ping-bot.sh"]
+    for _ in 0..<4 {
+      directory = (directory as NSString).deletingLastPathComponent
+      candidates.append(directory + "/examples/ping-bot.sh")
+    }
+    return candidates.first { FileManager.default.isReadableFile(atPath: $0) }
+  }
+
+  /// Writes one line to a room file as `echo text > room` does.
+  private func post(_ text: String, to file: String) throws {
+    let fd = open(file, O_WRONLY)
+    guard fd >= 0 else { throw BenchError("open \(file): \(String(cString: strerror(errno)))") }
+    defer { close(fd) }
+    let bytes = Array((text + "\n").utf8)
+    guard write(fd, bytes, bytes.count) == bytes.count else {
+      throw BenchError("write \(file): \(String(cString: strerror(errno)))")
+    }
+  }
+
+  // MARK: Catch-up after a remount
+
+  /// `runs` times: a mount reads `room` and unmounts; `lines` lines are posted meanwhile; the
+  /// same user mounts again and `tail -n lines` the room, timed.
+  private func catchUp(
+    address: String, poster: TransportAddress, profile: ServerProfile, room: String,
+    lines: Int, label: String, runs: Int = 3
+  ) throws -> CatchUpOutcome {
+    var outcome = CatchUpOutcome()
+    let client = try DirectClient(address: poster, profile: profile, uname: "away-poster")
+    defer { client.close() }
+    let fid = try client.openFile("/chat/post", mode: .write)
+    let user = "returning-\(nextToken())"
+    let name = "mnt-catchup-\(label.lowercased())"
+    for run in 1...runs {
+      let before = try mountServer(name, address: address, uname: user)
+      let seen = try Supervisor.shared.run(
+        "/usr/bin/timeout",
+        ["10", "/usr/bin/tail", "-n", "1", before.mountpoint + "/chat/" + room],
+        timeout: 15, discardingOutput: true)
+      unmount(before)
+      guard seen.status == 0 else { throw BenchError("catch-up (\(label)): first read failed") }
+      let token = "\(nextToken())"
+      for index in 1...lines { try client.post(fid, "\(room):away #p\(token)-\(index)#") }
+      let back = try mountServer(name, address: address, uname: user)
+      defer { unmount(back) }
+      let output = work + "/catchup-\(token).out"
+      let shown = try Supervisor.shared.run(
+        "/usr/bin/tail", ["-n", "\(lines)", back.mountpoint + "/chat/" + room], timeout: 15,
+        log: output)
+      let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+      let count = (1...lines).filter { text.contains("#p\(token)-\($0)#") }.count
+      outcome.shown.append(count)
+      outcome.seconds.append(shown.seconds)
+      log(
+        "catch-up · \(label) run \(run): \(count)/\(lines) shown in \(String(format: "%.3f", shown.seconds)) s"
+      )
+    }
+    return outcome
+  }
+}
+
+/// Catch-up runs: lines shown of those said while away, and each open's time.
+private struct CatchUpOutcome {
+  var shown: [Int] = []
+  var seconds: [Double] = []
+
+  func shownRow(_ section: String, _ label: String, away: Int, note: String? = nil) -> Row {
+    let detail =
+      "fewest over \(shown.count) remounts (each: \(shown.map(String.init).joined(separator: ", ")))"
+      + (note.map { "; " + $0 } ?? "")
+    return Row(
+      section, "catch-up, \(label): lines tail -n \(away) shows of \(away) posted while away",
+      shown.min().map(Double.init), "lines", detail)
+  }
+
+  func timeRow(_ section: String, _ label: String, note: String? = nil) -> Row {
+    let ms = seconds.map { $0 * 1000 }
+    let detail =
+      "tail -n right after the remount (its open waits for the backlog); max "
+      + String(format: "%.0f ms", ms.max() ?? .nan) + (note.map { "; " + $0 } ?? "")
+    return Row(section, "catch-up, \(label): tail -n time p50", Stats.median(ms), "ms", detail)
+  }
+}
+
+/// Reads a room file as a `cat` would, from its end at start, and records when each line
+/// arrives.
+final class LineWatcher: @unchecked Sendable {
+  private let fd: Int32
+  private let condition = NSCondition()
+  private var lines: [(at: Int64, text: String)] = []
+  private var stopping = false
+  private var finished = false
+
+  init(_ path: String) throws {
+    // Non-blocking, so the thread can stop between polls; from the end: no replay.
+    fd = open(path, O_RDONLY | O_NONBLOCK)
+    guard fd >= 0 else { throw BenchError("open \(path): \(String(cString: strerror(errno)))") }
+    lseek(fd, 0, SEEK_END)
+    Thread.detachNewThread { [self] in run() }
+  }
+
+  private func run() {
+    var pending: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    while !condition.withLock({ stopping }) {
+      var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+      guard poll(&entry, 1, 100) >= 0 || errno == EINTR else { break }
+      let count = read(fd, &buffer, buffer.count)
+      if count < 0 && (errno == EAGAIN || errno == EINTR) { continue }
+      guard count > 0 else { break }
+      let now = Clock.now
+      pending += buffer[..<count]
+      var arrived: [(Int64, String)] = []
+      while let newline = pending.firstIndex(of: 0x0A) {
+        arrived.append((now, String(decoding: pending[..<newline], as: UTF8.self)))
+        pending.removeSubrange(...newline)
+      }
+      condition.withLock {
+        lines += arrived
+        condition.broadcast()
+      }
+    }
+    condition.withLock {
+      finished = true
+      condition.broadcast()
+    }
+  }
+
+  /// When the first line containing `text` arrived after `start`, waiting until `deadline`.
+  func firstLine(containing text: String, after start: Int64, waitingUntil deadline: Int64)
+    -> Int64?
+  {
+    condition.lock()
+    defer { condition.unlock() }
+    while true {
+      if let line = lines.first(where: { $0.at >= start && $0.text.contains(text) }) {
+        return line.at
+      }
+      let left = deadline - Clock.now
+      guard left > 0, !finished else { return nil }
+      _ = condition.wait(until: Date(timeIntervalSinceNow: Double(left) / 1e9))
+    }
+  }
+
+  func stop() {
+    condition.withLock { stopping = true }
+    condition.lock()
+    while !finished { _ = condition.wait(until: Date(timeIntervalSinceNow: 1)) }
+    condition.unlock()
+    close(fd)
+  }
+}
