@@ -120,6 +120,26 @@ final class RoomLogTests: XCTestCase {
     }
   }
 
+  /// A board with a thousand rooms: the log directory lists them all, `ls -l` of it answers
+  /// in bounded time (each stat answers at once), and the mount stays small and responsive.
+  func testAThousandRoomsStayBounded() throws {
+    let rooms = ["lobby"] + (1...1000).map { String(format: "r%04d", $0) }
+    let rig = try MountRig.start(.multiplexTCP, for: self, rooms: rooms)
+    XCTAssertEqual(try sh("ls \(rig.path("chat/log")) | wc -l", timeout: 30), "1001\n")
+    let started = Date()
+    XCTAssertEqual(try sh("ls -l \(rig.path("chat/log")) | wc -l", timeout: 60), "1002\n")
+    XCTAssertLessThan(Date().timeIntervalSince(started), 30)
+    XCTAssertEqual(try sh("timeout 10 cat \(rig.path("chat/log/r0500"))"), "")
+    XCTAssertEqual(try sh("timeout 10 cat \(rig.path("etc/boardname"))").isEmpty, false)
+    let pid = rig.mount.child.process.processIdentifier
+    let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+    let rss = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }.flatMap {
+      Int($0.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+    }
+    XCTAssertLessThan(rss ?? .max, 200 << 10, "mount9bbs RSS \(rss ?? -1) KiB")
+    XCTAssertTrue(rig.mount.child.isRunning)
+  }
+
   /// A board room named `log` is shadowed by the directory, listed once and said in the log.
   func testARoomNamedLogIsShadowedOnce() throws {
     let rig = try MountRig.start(.multiplexTCP, for: self, rooms: ["lobby", "log"])

@@ -203,8 +203,9 @@ final class RoomFeed: @unchecked Sendable {
   /// `stat` in a loop, find the room current at once.
   static let statLinger: Duration = .seconds(3)
 
-  /// For a `stat` of the room or an open of its log: runs the feed (if no reader does) until it is caught up, then
-  /// calls `callback`; the run goes on for ``statLinger`` after that.
+  /// For a `stat` of the room or an open of its log (chat/log): runs the feed (if no reader
+  /// does) until it is caught up, then calls `callback`; the run goes on for ``statLinger``
+  /// after that.
   func catchUpForStat(_ callback: @escaping @Sendable () -> Void) {
     retain()
     _ = whenCaughtUp(within: Self.catchUpWait) { [self] in

@@ -65,7 +65,7 @@ public struct PathClassifier: Sendable {
   }
 
   /// Whether `components` is a 9BBS chat directory (`/chat`), whose files are its rooms,
-  /// `post` and `users`.
+  /// `post` and `users` (and the mount's own `log` directory).
   public func isChatDirectory(_ components: [String]) -> Bool {
     Self.bbsRelative(components) == ["chat"]
   }
