@@ -143,9 +143,14 @@ final class Tree: Sendable {
             DirectoryEntry(name: ".", inode: node.inode, mode: S_IFDIR),
             DirectoryEntry(name: "..", inode: parent, mode: S_IFDIR),
           ]
+          var subdirectories = 0
           for stat in listing.stats {
             let child = record(node.path + [stat.name], stat, asOf: listing.requested)
+            if child.kind == .directory { subdirectories += 1 }
             entries.append(DirectoryEntry(name: stat.name, entry: attributes.entry(for: child)))
+          }
+          if listings.isComplete(node.path) {
+            inodes.listed(node.path, subdirectories: subdirectories, asOf: listing.requested)
           }
           return entries
         })
