@@ -157,6 +157,28 @@ final class FilesWalkTests: ServerTestCase {
     XCTAssertEqual(try text(client, "files/a.txt"), "inside\n")
   }
 
+  /// Files and directories are made with the mode the client asked for, whatever 9bbsd's
+  /// umask (pjdfstest open/03.t: `open(…, O_CREAT, 0642)` made 0640 under umask 022).
+  func testCreatedEntriesHaveTheModeAsked() throws {
+    try startServer()
+    let saved = umask(0o022)
+    defer { umask(saved) }
+    let client = try connect()
+    for (fid, name, perm) in [
+      (Fid(20), "file", FileMode(permissions: 0o642)),
+      (Fid(21), "dir", FileMode(permissions: 0o757, .directory)),
+    ] {
+      XCTAssertTrue(try walk(client, ["files"], fid: fid))
+      guard case .rcreate = try client.rpc(.tcreate(fid: fid, name: name, perm: perm, mode: .read))
+      else { return XCTFail("create \(name)") }
+    }
+    var status = stat()
+    XCTAssertEqual(lstat(files + "/file", &status), 0)
+    XCTAssertEqual(status.st_mode & 0o7777, 0o642)
+    XCTAssertEqual(lstat(files + "/dir", &status), 0)
+    XCTAssertEqual(status.st_mode & 0o7777, 0o757)
+  }
+
   /// Links inside the area are followed while their targets stay inside; any that lead out
   /// (`..` above the root, an absolute path elsewhere, a chain of links) are not, and are
   /// not listed; a loop ends in an error, not a hang; removing a link removes the link.

@@ -308,16 +308,25 @@ final class FilesArea: Sendable {
       location.directory.fd, location.name, openPath | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
     guard fd >= 0 else { throw Self.failure(errno, operation: "create") }
     defer { close(fd) }
+    // The mode asked for exactly: the client applied its umask already, 9bbsd's own (022
+    // as a rule) must not take bits away again (`open(…, O_CREAT, 0642)` made 0640).
+    let exact = mode_t(permissions & 0o777)
     if directory {
-      guard mkdirat(fd, name, mode_t(permissions & 0o777)) == 0 else {
+      guard mkdirat(fd, name, exact) == 0 else { throw Self.failure(errno, operation: "create") }
+      guard fchmodat(fd, name, exact, AT_SYMLINK_NOFOLLOW) == 0 else {
         throw Self.failure(errno, operation: "create")
       }
       return nil
     }
     var flags: Int32 = O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW
     flags |= mode.access == 0 ? O_RDONLY : (mode.access == 1 ? O_WRONLY : O_RDWR)
-    let file = openat(fd, name, flags, mode_t(permissions & 0o777))
+    let file = openat(fd, name, flags, exact)
     guard file >= 0 else { throw Self.failure(errno, operation: "create") }
+    guard fchmod(file, exact) == 0 else {
+      let failure = Self.failure(errno, operation: "create")
+      close(file)
+      throw failure
+    }
     return file
   }
 
