@@ -285,22 +285,43 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   public func readdir(
     _ request: FuseRequest, inode: FuseInode, size: Int, offset: Int64, file: FuseFileInfo
   ) {
-    list(request, size: size, offset: offset, file: file, plus: false)
+    list(request, inode: inode, size: size, offset: offset, file: file, plus: false)
   }
 
   public func readdirplus(
     _ request: FuseRequest, inode: FuseInode, size: Int, offset: Int64, file: FuseFileInfo
   ) {
-    list(request, size: size, offset: offset, file: file, plus: true)
+    list(request, inode: inode, size: size, offset: offset, file: file, plus: true)
   }
 
   private func list(
-    _ request: FuseRequest, size: Int, offset: Int64, file: FuseFileInfo, plus: Bool
+    _ request: FuseRequest, inode: FuseInode, size: Int, offset: Int64, file: FuseFileInfo,
+    plus: Bool
   ) {
     guard let directory = handles[file.handle] as? DirectoryHandle else {
       return reply(request, EBADF)
     }
-    let entries = directory.entries
+    let node = inodes.node(inode)
+    let (entries, stale) = directory.entries(at: offset, changed: node?.local?.landed)
+    guard stale, let node else {
+      return serve(request, entries, size: size, offset: offset, plus: plus)
+    }
+    // rewinddir, or a listing from before the mount's own change: list the directory again
+    // (what was listed is the answer if that fails).
+    answersInterrupts(request)
+    tree.entries(of: node) { [self] listed in
+      var fresh = entries
+      if case .success(let again) = listed {
+        directory.replace(again)
+        fresh = again
+      }
+      serve(request, fresh, size: size, offset: offset, plus: plus)
+    }
+  }
+
+  private func serve(
+    _ request: FuseRequest, _ entries: [DirectoryEntry], size: Int, offset: Int64, plus: Bool
+  ) {
     var buffer = DirectoryBuffer(request: request, size: size, plus: plus)
     var index = Int(max(0, offset))
     while index < entries.count, buffer.add(entries[index], nextOffset: Int64(index + 1)) {
@@ -331,12 +352,21 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       switch made {
       case .success(let stat):
         inodes.entriesChanged(directory.inode)
-        let node = inodes.record(path: directory.path + [name], kind: .directory, stat: stat)
+        inodes.subdirectoriesChanged(directory.inode, by: 1)
+        var node = inodes.record(path: directory.path + [name], kind: .directory, stat: stat)
+        // Made just now, so empty: its link count is known without a listing.
+        inodes.listed(node.path, subdirectories: 0, asOf: .now)
+        node.subdirectories = 0
         request.replyEntry(nodes.entry(for: node))
       case .failure(let error):
         request.replyError(error.errno)
       }
     }
+  }
+
+  /// Whether the mount knows `path` as a directory.
+  private func isDirectory(_ path: [String]) -> Bool {
+    inodes.inode(for: path).flatMap { inodes.node($0) }?.kind == .directory
   }
 
   public func unlink(_ request: FuseRequest, parent: FuseInode, name: String) {
@@ -354,6 +384,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     guard !options.readOnly else { return reply(request, EROFS) }
     guard let directory = inodes.node(parent) else { return reply(request, ENOENT) }
     guard !isRoomLogs(directory, name) else { return reply(request, EACCES) }
+    let removesDirectory = isDirectory(directory.path + [name])
     answersInterrupts(request)
     remote.remove(directory.path + [name]) { [self] result in
       listings.invalidate(directory.path)
@@ -361,6 +392,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       if case .success = result {
         inodes.unlink(directory.path + [name])
         inodes.entriesChanged(directory.inode)
+        if removesDirectory { inodes.subdirectoriesChanged(directory.inode, by: -1) }
       }
       request.replyError(result.errnoValue)
     }
@@ -381,6 +413,10 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     guard !isRoomLogs(directory, name), !isRoomLogs(directory, newName) else {
       return reply(request, EACCES)
     }
+    // A directory renamed over another takes its place: one subdirectory fewer.
+    let replacesDirectory =
+      name != newName && isDirectory(directory.path + [name])
+      && isDirectory(directory.path + [newName])
     answersInterrupts(request)
     remote.rename(in: directory.path, name, to: newName) { [self] result in
       listings.invalidate(directory.path)
@@ -390,6 +426,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       case .success:
         inodes.move(from: directory.path + [name], to: directory.path + [newName])
         inodes.entriesChanged(directory.inode)
+        if replacesDirectory { inodes.subdirectoriesChanged(directory.inode, by: -1) }
         request.replyError(0)
       case .failure(let error):
         request.replyError(error.errno == EIO ? EPERM : error.errno)

@@ -185,7 +185,21 @@ final class MetadataTests: XCTestCase {
     XCTAssertEqual(change([.gid]) { $0.st_gid = 0 }, .failure(MetadataRefusal(EPERM, "")))
     XCTAssertEqual(
       change([.mode]) { $0.st_mode = S_IFREG | 0o4755 }, .failure(MetadataRefusal(EPERM, "")))
+    // Times 9P2000's u32 cannot hold (2³²−1 is "don't change"): EOVERFLOW, never a wrapped time.
     XCTAssertEqual(
-      change([.mtime]) { $0.st_mtim.tv_sec = -86400 }, .failure(MetadataRefusal(EINVAL, "")))
+      change([.mtime]) { $0.st_mtim.tv_sec = -86400 }, .failure(MetadataRefusal(EOVERFLOW, "")))
+    XCTAssertEqual(
+      change([.atime, .mtime]) {
+        $0.st_atim.tv_sec = 1 << 31
+        $0.st_mtim.tv_sec = 1 << 32
+      }, .failure(MetadataRefusal(EOVERFLOW, "")))
+    XCTAssertEqual(
+      change([.atime]) { $0.st_atim.tv_sec = Int(UInt32.max) },
+      .failure(MetadataRefusal(EOVERFLOW, "")))
+    XCTAssertEqual(
+      try change([.atime, .mtime]) {
+        $0.st_atim.tv_sec = 1 << 31
+        $0.st_mtim.tv_sec = Int(UInt32.max) - 1
+      }.get().stat.mtime, UInt32.max - 1)
   }
 }

@@ -295,4 +295,94 @@ final class PosixFileTests: XCTestCase {
     XCTAssertTrue(FileManager.default.fileExists(atPath: area + "/plain"))
     rig.assertNoViolations()
   }
+  /// A directory's link count is 2 plus its subdirectories, as on ext4 and tmpfs, through
+  /// the mount's own mkdir, rmdir and rename (pjdfstest rename/24); it used to stay 2.
+  func testDirectoryLinkCountCountsSubdirectories() throws {
+    let (rig, _) = try start()
+    let parent = rig.path("files/parent")
+    try sh("mkdir \(parent) \(parent)/a \(parent)/b && touch \(parent)/file")
+    XCTAssertEqual(try sh("stat -c %h \(parent) \(parent)/a"), "4\n2\n")
+    try sh("rmdir \(parent)/a && mv \(parent)/b \(parent)/c && mkdir \(parent)/c/d")
+    XCTAssertEqual(try sh("stat -c %h \(parent) \(parent)/c"), "3\n3\n")
+    // A directory renamed over an empty one takes its place.
+    try sh("mkdir \(parent)/e \(parent)/f && mv -T \(parent)/e \(parent)/f")
+    XCTAssertEqual(try sh("stat -c %h \(parent)"), "4\n")
+    rig.assertNoViolations()
+  }
+
+  /// A path deeper than PATH_MAX below the mount (22 names of 200 bytes, made and used
+  /// through directory descriptors as pjdfstest's */03.t do) works end to end: the server
+  /// walks it a name at a time. It used to fail with EIO once the server's own prefix and
+  /// the path passed PATH_MAX.
+  func testPathsDeeperThanPathMax() throws {
+    let (rig, _) = try start()
+    let script = """
+      import os, sys
+      fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+      for level in range(22):
+          name = 'd' * 198 + '%02d' % level
+          os.mkdir(name, 0o755, dir_fd=fd)
+          child = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+          os.close(fd)
+          fd = child
+      leaf = os.open('leaf', os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644, dir_fd=fd)
+      os.write(leaf, b'deep\\n')
+      os.close(leaf)
+      os.rename('leaf', 'moved', src_dir_fd=fd, dst_dir_fd=fd)
+      leaf = os.open('moved', os.O_RDONLY, dir_fd=fd)
+      print(os.read(leaf, 100), os.stat('moved', dir_fd=fd).st_size, os.listdir(fd))
+      os.close(leaf)
+      os.unlink('moved', dir_fd=fd)
+      print(os.listdir(fd))
+      """
+    XCTAssertEqual(
+      try python(rig, script, [rig.path("files")]), "b'deep\\n' 5 ['moved']\n[]\n")
+    rig.assertNoViolations()
+  }
+
+  /// Times 9P2000's 32-bit seconds cannot hold (from 2106-02-07 on, or before 1970) are
+  /// refused whole with EOVERFLOW and change nothing; the last second that fits is kept
+  /// exactly (pjdfstest utimensat/09).
+  func testTimesPastThe32BitRangeAreEOVERFLOW() throws {
+    let (rig, _) = try start()
+    let script = """
+      import errno, os, sys
+      path = sys.argv[1] + '/t'
+      open(path, 'w').close()
+      os.utime(path, (1000, 2000))
+      results = []
+      for times in [(2**31, 2**32), (-1, 3000), (2**31, 2**32 - 2)]:
+          try:
+              os.utime(path, times)
+              results.append('ok')
+          except OSError as e:
+              results.append(errno.errorcode.get(e.errno, str(e.errno)))
+          s = os.stat(path)
+          results.append((int(s.st_atime), int(s.st_mtime)))
+      print(results)
+      """
+    XCTAssertEqual(
+      try python(rig, script, [rig.path("files")]),
+      "['EOVERFLOW', (1000, 2000), 'EOVERFLOW', (1000, 2000), 'ok', (2147483648, 4294967294)]\n")
+    rig.assertNoViolations()
+  }
+  /// A directory descriptor lists the directory as it is when it is read or rewound
+  /// (`rewinddir(3)`), not as it was at `opendir`: files made since, by the mount or on the
+  /// server, show. The mount used to serve the listing made at opendir for the handle's life.
+  func testDirectoryDescriptorListsTheDirectoryAsItIsNow() throws {
+    let (rig, area) = try start()
+    let script = """
+      import os, sys
+      fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+      open(sys.argv[1] + '/made-by-mount', 'w').close()
+      first = sorted(os.listdir(fd))
+      open(sys.argv[2] + '/made-on-server', 'w').close()
+      print(first, sorted(os.listdir(fd)))
+      """
+    try sh("mkdir \(area)/d")
+    XCTAssertEqual(
+      try python(rig, script, [rig.path("files/d"), area + "/d"]),
+      "['made-by-mount'] ['made-by-mount', 'made-on-server']\n")
+    rig.assertNoViolations()
+  }
 }

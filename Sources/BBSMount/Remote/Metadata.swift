@@ -72,15 +72,20 @@ struct MetadataChange: Equatable {
       let value = useNow ? Int(now.timeIntervalSince1970) : time.tv_sec
       return value >= 0 && value < Int(UInt32.max) ? UInt32(value) : nil
     }
+    // A time 9P2000's u32 cannot hold is refused whole (EOVERFLOW, "Value too large"), never
+    // clamped or wrapped: a silent wrong time is worse than an error.
+    let outOfRange = MetadataRefusal(
+      EOVERFLOW,
+      "9P2000 keeps times as 32-bit seconds since 1970: 1970-01-01 to 2106-02-07 06:28:14 UTC")
     if changes.contains(.atime) || changes.contains(.atimeNow) {
       guard let time = seconds(attributes.st_atim, now: changes.contains(.atimeNow)) else {
-        return .failure(MetadataRefusal(EINVAL, "9P times run from 1970 to 2106"))
+        return .failure(outOfRange)
       }
       change.stat.atime = time
     }
     if changes.contains(.mtime) || changes.contains(.mtimeNow) {
       guard let time = seconds(attributes.st_mtim, now: changes.contains(.mtimeNow)) else {
-        return .failure(MetadataRefusal(EINVAL, "9P times run from 1970 to 2106"))
+        return .failure(outOfRange)
       }
       change.stat.mtime = time
     }
@@ -115,7 +120,11 @@ extension BBSFileSystem {
     {
     case .success(let change): asked = change
     case .failure(let refusal):
-      logger.debug("setattr \(node.path.joined(separator: "/")): \(refusal.reason)")
+      // A time out of 9P2000's range is the protocol's limit, not a mistake of the mount's:
+      // said where a user looks (touch only prints "Value too large for defined data type").
+      logger.log(
+        level: refusal.errno == EOVERFLOW ? .notice : .debug,
+        "setattr /\(node.path.joined(separator: "/")): \(refusal.reason)")
       request.replyError(refusal.errno)
       return
     }

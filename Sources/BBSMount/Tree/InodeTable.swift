@@ -17,6 +17,10 @@ final class InodeTable: @unchecked Sendable {
     /// Removed (or renamed over) through the mount: it has no path any more, and is known
     /// only to the descriptors still open on it.
     var unlinked = false
+    /// A directory's subdirectories (its `st_nlink` is 2 more, as on ext4 and tmpfs), from
+    /// its last whole listing and the mount's own mkdir, rmdir and rename since; nil while
+    /// the mount has not listed it (shown as 2 links).
+    var subdirectories: Int?
   }
 
   private let lock = NSLock()
@@ -58,19 +62,22 @@ final class InodeTable: @unchecked Sendable {
     defer { lock.unlock() }
     let inode: FuseInode
     var local: LocalChange?
+    var subdirectories: Int?
     if let known = byPath[path],
       (byInode[known]?.kind == .directory) == (kind == .directory)
     {
       inode = known
       local = byInode[known]?.local
+      subdirectories = byInode[known]?.subdirectories
       if let change = local, change.isSuperseded(byEntryAskedAt: asked) { local = nil }
     } else {
       inode = next
       next += 1
       byPath[path] = inode
     }
-    let node = Node(
+    var node = Node(
       inode: inode, path: path, kind: kind, stat: stat, fetched: .now, local: local)
+    node.subdirectories = subdirectories
     byInode[inode] = node
     return node
   }
@@ -96,6 +103,26 @@ final class InodeTable: @unchecked Sendable {
         landed: .now)
     body(&change)
     byInode[inode]?.local = change
+  }
+
+  /// A whole listing of the directory at `path` asked for at `asked` counted `count`
+  /// subdirectories; ignored if the mount changed the directory's entries since.
+  func listed(_ path: [String], subdirectories count: Int, asOf asked: ContinuousClock.Instant) {
+    lock.lock()
+    defer { lock.unlock() }
+    guard let inode = byPath[path], let node = byInode[inode], node.kind == .directory else {
+      return
+    }
+    if let change = node.local, !change.isSuperseded(byEntryAskedAt: asked) { return }
+    byInode[inode]?.subdirectories = count
+  }
+
+  /// The mount made (`delta` 1) or removed (-1) a subdirectory of `inode`.
+  func subdirectoriesChanged(_ inode: FuseInode, by delta: Int) {
+    lock.lock()
+    defer { lock.unlock() }
+    guard let count = byInode[inode]?.subdirectories else { return }
+    byInode[inode]?.subdirectories = max(0, count + delta)
   }
 
   /// `path` was removed through the mount: the name is free for a new node, and the old one

@@ -62,7 +62,7 @@ struct NodeAttributes: Sendable {
       // a directory the mount made) means its mode as it is (`mkdir -m 0151`).
       let exact = node.stat?.mode.isDirectory ?? false
       attributes.st_mode = S_IFDIR | mode_t(exact ? permissions : permissions | 0o500)
-      attributes.st_nlink = 2
+      attributes.st_nlink = 2 + UInt(node.subdirectories ?? 0)
     case .file:
       attributes.st_mode = S_IFREG | mode_t(permissions)
       attributes.st_nlink = 1

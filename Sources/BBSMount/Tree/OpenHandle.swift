@@ -2,6 +2,7 @@ import Foundation
 import FuseKit
 import NinePClient
 import NinePProtocol
+import Synchronization
 
 #if canImport(Glibc)
   import Glibc
@@ -305,9 +306,28 @@ final class SnapshotHandle: OpenHandle {
 
 /// A directory listing taken at opendir.
 final class DirectoryHandle: OpenHandle {
-  let entries: [DirectoryEntry]
+  /// The listing served, when it was made, and whether any of it has been read.
+  private let state: Mutex<(entries: [DirectoryEntry], listed: ContinuousClock.Instant, read: Bool)>
 
-  init(_ entries: [DirectoryEntry]) { self.entries = entries }
+  init(_ entries: [DirectoryEntry]) { state = Mutex((entries, .now, false)) }
+
+  /// The entries for a readdir at `offset`; whether they must be listed again first: at
+  /// offset 0 after a read (`rewinddir(3)` sees the directory as it is now), or after the
+  /// mount changed the directory's entries (`changed`, ``LocalChange/landed``) since.
+  func entries(at offset: Int64, changed: ContinuousClock.Instant?) -> (
+    entries: [DirectoryEntry], stale: Bool
+  ) {
+    state.withLock { state in
+      let stale = offset == 0 && (state.read || changed.map { $0 > state.listed } ?? false)
+      state.read = true
+      return (state.entries, stale)
+    }
+  }
+
+  /// A fresh listing, for a rewind.
+  func replace(_ entries: [DirectoryEntry]) {
+    state.withLock { $0 = (entries, .now, true) }
+  }
 
   func read(_ request: FuseRequest, size: Int, offset: UInt64) { request.replyError(EISDIR) }
 }

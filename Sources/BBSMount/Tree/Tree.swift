@@ -146,15 +146,23 @@ final class Tree: Sendable {
             DirectoryEntry(name: ".", inode: node.inode, mode: S_IFDIR),
             DirectoryEntry(name: "..", inode: parent, mode: S_IFDIR),
           ]
+          var subdirectories = 0
           for stat in listing.stats {
             if chat && stat.name == RoomLogs.directoryName {
               RoomLogs.shadowed(node.path, logger)
               continue
             }
             let child = record(node.path + [stat.name], stat, asOf: listing.requested)
+            if child.kind == .directory { subdirectories += 1 }
             entries.append(DirectoryEntry(name: stat.name, entry: attributes.entry(for: child)))
           }
-          if chat { entries.append(RoomLogs.entry(in: node.path, of: self)) }
+          if chat {
+            entries.append(RoomLogs.entry(in: node.path, of: self))
+            subdirectories += 1
+          }
+          if listings.isComplete(node.path) {
+            inodes.listed(node.path, subdirectories: subdirectories, asOf: listing.requested)
+          }
           return entries
         })
     }

@@ -37,6 +37,9 @@ struct NinePFailure: Error, Equatable {
   static let directoryNotEmpty = NinePFailure(fileSystemError: "directory not empty")
   /// EFBIG from the file system (a truncate past the largest file it holds).
   static let fileTooLarge = NinePFailure(fileSystemError: "file too large")
+  /// ENAMETOOLONG from the file system (a name longer than NAME_MAX), in Plan 9's words
+  /// ("walk failed" would say EIO).
+  static let nameTooLong = NinePFailure(fileSystemError: "file name too long")
 }
 
 /// What the file system says about one entry of the files area.
@@ -49,16 +52,34 @@ struct FileInfo: Sendable {
   var inode: UInt64
 }
 
+/// `O_PATH` (Linux, `<fcntl.h>` behind `_GNU_SOURCE`, which Swift's Glibc module does not
+/// define): a descriptor that names a directory for the `*at` calls without opening it for
+/// reading, so a walk passes directories it may only search (mode 0111).
+private let openPath: Int32 = 0o10_000_000
+
 /// The optional `/files` area: a real directory served read-only or read-write.
 ///
 /// Paths are lists of names that never contain `/`, `.` or `..` (the walk resolves `..`
-/// lexically before it gets here). Every access resolves symbolic links with `realpath` and
-/// refuses anything that ends up outside the area's root.
+/// lexically before it gets here). Every access walks from a descriptor of the area's root
+/// one component at a time (`openat`, `fstatat`, `mkdirat`, `unlinkat`, `renameat` relative
+/// to directory descriptors, never following a link the walk did not read itself), so:
+/// - a path of any length works: no call ever sees more than one name, so the host's
+///   `PATH_MAX` does not limit how deep a client may go below the root;
+/// - nothing outside the root is reachable: a symbolic link inside the area is followed
+///   only by the walk, which refuses a target that would leave the root (`..` above it, or
+///   an absolute target elsewhere), and a link swapped in for a directory or file between
+///   two steps is never followed (`O_NOFOLLOW`), so a race gives an error, not an escape.
 final class FilesArea: Sendable {
   /// The area's root, with symbolic links resolved.
   let root: String
   /// Whether writes, creates and removes are allowed.
   let writable: Bool
+  /// An `O_PATH` descriptor of the root, held for the server's life: every walk starts here,
+  /// so renaming the root's host path away does not move the area.
+  private let rootDescriptor: Int32
+
+  /// How many symbolic links one walk follows before it answers ELOOP (Linux's limit).
+  static let maxLinks = 40
 
   /// Opens the area at `directory`.
   init(directory: String, writable: Bool) throws(ServerError) {
@@ -68,66 +89,189 @@ final class FilesArea: Sendable {
     }
     root = String(cString: resolved)
     free(resolved)
-    var info = stat()
-    guard stat(root, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+    let fd = Glibc.open(root, openPath | O_DIRECTORY | O_CLOEXEC)
+    guard fd >= 0 else {
       throw ServerError.badConfiguration("--files \(directory) is not a directory")
     }
+    rootDescriptor = fd
     self.writable = writable
   }
 
-  /// The absolute path of `parts`, without any check.
-  func absolute(_ parts: [String]) -> String {
-    parts.isEmpty ? root : root + "/" + parts.joined(separator: "/")
-  }
+  deinit { close(rootDescriptor) }
 
   /// Whether a name may appear in a path of the area.
   static func isValidName(_ name: String) -> Bool {
     !name.isEmpty && name != "." && name != ".." && !name.contains("/") && !name.contains("\0")
   }
 
-  /// The confined absolute path of an existing entry: symbolic links are resolved and the
-  /// result must lie inside the root.
-  func confinedPath(_ parts: [String]) throws(NinePFailure) -> String {
-    guard parts.allSatisfy(Self.isValidName) else { throw NinePFailure.noSuchFile }
-    guard let resolved = realpath(absolute(parts), nil) else { throw NinePFailure.noSuchFile }
-    defer { free(resolved) }
-    let path = String(cString: resolved)
-    guard path == root || path.hasPrefix(root + "/") else { throw NinePFailure.noSuchFile }
-    return path
+  // MARK: Walking
+
+  /// A directory descriptor the walk opened (closed when the last reference goes), or the
+  /// root's (never closed here).
+  private final class Directory {
+    let fd: Int32
+    private let owned: Bool
+    init(_ fd: Int32, owned: Bool) {
+      self.fd = fd
+      self.owned = owned
+    }
+    deinit { if owned { close(fd) } }
   }
+
+  /// Where an existing entry is: its directory and its name there ("." for the root), and
+  /// what `fstatat` said about it (not a symbolic link unless the walk was asked not to
+  /// follow the last one).
+  private struct Location {
+    let directory: Directory
+    let name: String
+    let status: stat
+    var isDirectory: Bool { status.st_mode & S_IFMT == S_IFDIR }
+    var isRegularFile: Bool { status.st_mode & S_IFMT == S_IFREG }
+  }
+
+  /// Walks `parts` from the root to an existing entry, following symbolic links that stay
+  /// inside the area (the last one only when `followingLast`).
+  private func locate(_ parts: [String], followingLast: Bool = true) throws(NinePFailure)
+    -> Location
+  {
+    guard parts.allSatisfy(Self.isValidName) else { throw NinePFailure.noSuchFile }
+    let rootDirectory = Directory(rootDescriptor, owned: false)
+    var directories: [Directory] = []  // below the root, innermost last
+    var pending = Array(parts.reversed())  // next name last
+    var links = 0
+    while let name = pending.popLast() {
+      let current = directories.last ?? rootDirectory
+      if name.isEmpty || name == "." {  // only from a link's target
+        if pending.isEmpty { return try here(current) }
+        continue
+      }
+      if name == ".." {  // only from a link's target
+        guard !directories.isEmpty else { throw NinePFailure.noSuchFile }  // above the root
+        directories.removeLast()
+        if pending.isEmpty { return try here(directories.last ?? rootDirectory) }
+        continue
+      }
+      guard name.utf8.count <= Int(NAME_MAX) else { throw NinePFailure.nameTooLong }
+      var status = stat()
+      guard fstatat(current.fd, name, &status, AT_SYMLINK_NOFOLLOW) == 0 else {
+        throw Self.failure(errno, operation: "walk")
+      }
+      let isLink = status.st_mode & S_IFMT == S_IFLNK
+      if isLink && (followingLast || !pending.isEmpty) {
+        links += 1
+        guard links <= Self.maxLinks else { throw NinePFailure(errno: ELOOP, operation: "walk") }
+        var target = try Self.linkTarget(in: current.fd, name: name)
+        if target.hasPrefix("/") {
+          // Absolute: only a target inside the root, walked again from the root.
+          guard target == root || target.hasPrefix(root + "/") else {
+            throw NinePFailure.noSuchFile
+          }
+          target.removeFirst(root.count)
+          directories.removeAll()
+          if target.isEmpty { target = "." }
+        }
+        pending += target.split(separator: "/", omittingEmptySubsequences: false)
+          .map(String.init).reversed()
+        continue
+      }
+      if pending.isEmpty { return Location(directory: current, name: name, status: status) }
+      guard status.st_mode & S_IFMT == S_IFDIR else {
+        throw NinePFailure(errno: ENOTDIR, operation: "walk")
+      }
+      // O_NOFOLLOW with O_PATH opens a link swapped in since the fstatat as the link itself,
+      // which O_DIRECTORY then refuses: a race ends in ENOTDIR, never outside.
+      let fd = openat(current.fd, name, openPath | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+      guard fd >= 0 else { throw Self.failure(errno, operation: "walk") }
+      directories.append(Directory(fd, owned: true))
+    }
+    return try here(rootDirectory)
+  }
+
+  /// The location of a directory the walk holds, as "." in it.
+  private func here(_ directory: Directory) throws(NinePFailure) -> Location {
+    var status = stat()
+    guard fstatat(directory.fd, ".", &status, 0) == 0 else {
+      throw Self.failure(errno, operation: "walk")
+    }
+    return Location(directory: directory, name: ".", status: status)
+  }
+
+  /// The existing directory at `parts`, for creating in it or listing it.
+  private func locateDirectory(_ parts: [String]) throws(NinePFailure) -> Location {
+    let location = try locate(parts)
+    guard location.isDirectory else { throw NinePFailure(errno: ENOTDIR, operation: "walk") }
+    return location
+  }
+
+  /// The target of the symbolic link `name` in `directory`.
+  private static func linkTarget(in directory: Int32, name: String) throws(NinePFailure)
+    -> String
+  {
+    var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+    let count = readlinkat(directory, name, &buffer, buffer.count - 1)
+    guard count > 0 else { throw failure(errno, operation: "walk") }
+    return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  }
+
+  /// The failure for an errno from a walk step: ENOENT says "file not found" as a missing
+  /// entry always has; a name too long says so.
+  private static func failure(_ code: Int32, operation: String) -> NinePFailure {
+    switch code {
+    case ENOENT: NinePFailure.noSuchFile
+    case ENAMETOOLONG: NinePFailure.nameTooLong
+    default: NinePFailure(errno: code, operation: operation)
+    }
+  }
+
+  /// What `status` says about an entry, as the tree reports it.
+  private static func info(_ status: stat) -> FileInfo {
+    FileInfo(
+      isDirectory: status.st_mode & S_IFMT == S_IFDIR, size: UInt64(max(0, status.st_size)),
+      permissions: UInt32(status.st_mode) & 0o777,
+      atime: UInt32(truncatingIfNeeded: max(0, status.st_atim.tv_sec)),
+      mtime: UInt32(truncatingIfNeeded: max(0, status.st_mtim.tv_sec)),
+      inode: UInt64(status.st_ino))
+  }
+
+  // MARK: Operations
 
   /// Information about an existing entry (following confined symbolic links).
   func info(_ parts: [String]) throws(NinePFailure) -> FileInfo {
-    let path = try confinedPath(parts)
-    var buffer = stat()
-    guard stat(path, &buffer) == 0 else { throw NinePFailure(errno: errno, operation: "stat") }
-    return FileInfo(
-      isDirectory: buffer.st_mode & S_IFMT == S_IFDIR, size: UInt64(max(0, buffer.st_size)),
-      permissions: UInt32(buffer.st_mode) & 0o777,
-      atime: UInt32(truncatingIfNeeded: max(0, buffer.st_atim.tv_sec)),
-      mtime: UInt32(truncatingIfNeeded: max(0, buffer.st_mtim.tv_sec)),
-      inode: UInt64(buffer.st_ino))
+    Self.info(try locate(parts).status)
   }
 
   /// The entries of a directory, sorted by name, skipping ones that escape the area.
   func list(_ parts: [String]) throws(NinePFailure) -> [(name: String, info: FileInfo)] {
-    let path = try confinedPath(parts)
-    let names: [String]
-    do {
-      names = try FileManager.default.contentsOfDirectory(atPath: path)
-    } catch {
+    let location = try locateDirectory(parts)
+    let fd = openat(
+      location.directory.fd, location.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+    guard fd >= 0 else { throw Self.failure(errno, operation: "read") }
+    guard let stream = fdopendir(fd) else {
+      close(fd)
       throw NinePFailure(errno: ENOTDIR, operation: "read")
     }
+    defer { closedir(stream) }
     var entries: [(name: String, info: FileInfo)] = []
-    for name in names.sorted() where Self.isValidName(name) {
-      if let info = try? info(parts + [name]) { entries.append((name, info)) }
+    while let entry = readdir(stream) {
+      let name = withUnsafePointer(to: &entry.pointee.d_name) {
+        $0.withMemoryRebound(to: CChar.self, capacity: Int(NAME_MAX) + 1) { String(cString: $0) }
+      }
+      guard Self.isValidName(name) else { continue }
+      var status = stat()
+      guard fstatat(dirfd(stream), name, &status, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+      if status.st_mode & S_IFMT == S_IFLNK {
+        // A link is listed as what it leads to, when that is inside the area.
+        if let info = try? info(parts + [name]) { entries.append((name, info)) }
+      } else {
+        entries.append((name, Self.info(status)))
+      }
     }
-    return entries
+    return entries.sorted { $0.name < $1.name }
   }
 
   /// Opens an existing regular file for I/O; returns the descriptor.
   func open(_ parts: [String], mode: OpenMode) throws(NinePFailure) -> Int32 {
-    let path = try confinedPath(parts)
+    let location = try locate(parts)
     if mode.allowsWriting || mode.truncates {
       guard writable else { throw NinePFailure("permission denied") }
     }
@@ -138,8 +282,13 @@ final class FilesArea: Sendable {
     default: flags |= O_RDONLY
     }
     if mode.truncates { flags |= O_TRUNC }
-    let fd = Glibc.open(path, flags)
-    guard fd >= 0 else { throw NinePFailure(errno: errno, operation: "open") }
+    // A fifo or device someone put in the host directory: never opened (a fifo would block
+    // the server until a peer came).
+    if !location.isRegularFile && !location.isDirectory {
+      throw NinePFailure(errno: EACCES, operation: "open")
+    }
+    let fd = openat(location.directory.fd, location.name, flags)
+    guard fd >= 0 else { throw Self.failure(errno, operation: "open") }
     return fd
   }
 
@@ -152,18 +301,33 @@ final class FilesArea: Sendable {
   {
     guard writable else { throw NinePFailure("permission denied") }
     guard Self.isValidName(name) else { throw NinePFailure(errno: EINVAL, operation: "create") }
-    let path = try confinedPath(parent) + "/" + name
+    guard name.utf8.count <= Int(NAME_MAX) else { throw NinePFailure.nameTooLong }
+    let location = try locateDirectory(parent)
+    // The new entry's directory, opened from its parent (the root, or the walk's directory).
+    let fd = openat(
+      location.directory.fd, location.name, openPath | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+    guard fd >= 0 else { throw Self.failure(errno, operation: "create") }
+    defer { close(fd) }
+    // The mode asked for exactly: the client applied its umask already, 9bbsd's own (022
+    // as a rule) must not take bits away again (`open(…, O_CREAT, 0642)` made 0640).
+    let exact = mode_t(permissions & 0o777)
     if directory {
-      guard mkdir(path, mode_t(permissions & 0o777)) == 0 else {
-        throw NinePFailure(errno: errno, operation: "create")
+      guard mkdirat(fd, name, exact) == 0 else { throw Self.failure(errno, operation: "create") }
+      guard fchmodat(fd, name, exact, AT_SYMLINK_NOFOLLOW) == 0 else {
+        throw Self.failure(errno, operation: "create")
       }
       return nil
     }
     var flags: Int32 = O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW
     flags |= mode.access == 0 ? O_RDONLY : (mode.access == 1 ? O_WRONLY : O_RDWR)
-    let fd = Glibc.open(path, flags, mode_t(permissions & 0o777))
-    guard fd >= 0 else { throw NinePFailure(errno: errno, operation: "create") }
-    return fd
+    let file = openat(fd, name, flags, exact)
+    guard file >= 0 else { throw Self.failure(errno, operation: "create") }
+    guard fchmod(file, exact) == 0 else {
+      let failure = Self.failure(errno, operation: "create")
+      close(file)
+      throw failure
+    }
+    return file
   }
 
   /// Removes a file or an empty directory (the area's root cannot be removed).
@@ -174,16 +338,13 @@ final class FilesArea: Sendable {
     }
     // Remove the link itself, never what a symbolic link points at; its directory must be
     // inside the area.
-    let parentPath = try confinedPath(Array(parts.dropLast()))
-    let path = parentPath + "/" + (parts.last ?? "")
-    var buffer = stat()
-    guard lstat(path, &buffer) == 0 else { throw NinePFailure.noSuchFile }
-    let result = buffer.st_mode & S_IFMT == S_IFDIR ? rmdir(path) : unlink(path)
-    guard result == 0 else {
+    let location = try locate(parts, followingLast: false)
+    let flags = location.isDirectory ? AT_REMOVEDIR : 0
+    guard unlinkat(location.directory.fd, location.name, flags) == 0 else {
       // The 9p4z table has no text for ENOTEMPTY ("remove failed" would say EIO); Plan 9's
       // wording maps back to ENOTEMPTY in every client.
       if errno == ENOTEMPTY || errno == EEXIST { throw NinePFailure.directoryNotEmpty }
-      throw NinePFailure(errno: errno, operation: "remove")
+      throw Self.failure(errno, operation: "remove")
     }
   }
 
@@ -193,7 +354,8 @@ final class FilesArea: Sendable {
   ///
   /// The owner fields are the caller's business (see ``Tree/wstat(_:_:)``).
   func change(_ parts: [String], to wanted: Stat) throws(NinePFailure) -> [String] {
-    let info = try info(parts)
+    let location = try locate(parts)
+    let isDirectory = location.isDirectory
     let changesMode = wanted.mode.rawValue != .max
     let changesLength = wanted.length != .max
     let changesTimes = wanted.atime != .max || wanted.mtime != .max
@@ -203,27 +365,30 @@ final class FilesArea: Sendable {
     guard writable else { throw NinePFailure("permission denied") }
     if changesMode {
       // The directory bit cannot change, and the other mode bits have no Unix meaning here.
-      guard wanted.mode.isDirectory == info.isDirectory else {
+      guard wanted.mode.isDirectory == isDirectory else {
         throw NinePFailure(errno: EINVAL, operation: "wstat")
       }
       guard wanted.mode.rawValue & ~(FileMode.directory.rawValue | 0o777) == 0 else {
         throw NinePFailure(errno: ENOTSUP, operation: "wstat")
       }
     }
-    if changesLength && info.isDirectory && wanted.length != 0 {
+    if changesLength && isDirectory && wanted.length != 0 {
       throw NinePFailure(errno: EINVAL, operation: "wstat")
     }
     if renames {
       guard Self.isValidName(wanted.name), !parts.isEmpty else {
         throw NinePFailure(errno: EINVAL, operation: "wstat")
       }
+      guard wanted.name.utf8.count <= Int(NAME_MAX) else { throw NinePFailure.nameTooLong }
     }
-    let path = try confinedPath(parts)
-    if changesLength && !info.isDirectory { try truncate(parts, length: wanted.length) }
+    if changesLength && !isDirectory { try truncate(location, length: wanted.length) }
+    let directory = location.directory.fd
     if changesMode {
-      guard chmod(path, mode_t(wanted.mode.permissions)) == 0 else {
-        throw NinePFailure(errno: errno, operation: "wstat")
-      }
+      // AT_SYMLINK_NOFOLLOW: a link swapped in since the walk is refused, not followed.
+      guard
+        fchmodat(directory, location.name, mode_t(wanted.mode.permissions), AT_SYMLINK_NOFOLLOW)
+          == 0
+      else { throw Self.failure(errno, operation: "wstat") }
     }
     if changesTimes {
       let omit = (1 << 30) - 2  // UTIME_OMIT, a macro Swift does not import
@@ -233,8 +398,8 @@ final class FilesArea: Sendable {
           : timespec(tv_sec: Int(seconds), tv_nsec: 0)
       }
       let times = [time(wanted.atime), time(wanted.mtime)]
-      guard utimensat(AT_FDCWD, path, times, 0) == 0 else {
-        throw NinePFailure(errno: errno, operation: "wstat")
+      guard utimensat(directory, location.name, times, AT_SYMLINK_NOFOLLOW) == 0 else {
+        throw Self.failure(errno, operation: "wstat")
       }
     }
     guard renames else { return parts }
@@ -245,11 +410,19 @@ final class FilesArea: Sendable {
   /// Truncates or extends a file (Twstat length).
   func truncate(_ parts: [String], length: UInt64) throws(NinePFailure) {
     guard writable else { throw NinePFailure("permission denied") }
-    let path = try confinedPath(parts)
-    guard Glibc.truncate(path, off_t(clamping: length)) == 0 else {
+    try truncate(try locate(parts), length: length)
+  }
+
+  private func truncate(_ location: Location, length: UInt64) throws(NinePFailure) {
+    guard location.isRegularFile else { throw NinePFailure(errno: EINVAL, operation: "wstat") }
+    let fd = openat(
+      location.directory.fd, location.name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+    guard fd >= 0 else { throw Self.failure(errno, operation: "wstat") }
+    defer { close(fd) }
+    guard ftruncate(fd, off_t(clamping: length)) == 0 else {
       // Past what the file system holds: said so, not "wstat failed" (EIO).
       if errno == EFBIG { throw NinePFailure.fileTooLarge }
-      throw NinePFailure(errno: errno, operation: "wstat")
+      throw Self.failure(errno, operation: "wstat")
     }
   }
 
@@ -259,14 +432,15 @@ final class FilesArea: Sendable {
     guard Self.isValidName(name), !parts.isEmpty else {
       throw NinePFailure(errno: EINVAL, operation: "wstat")
     }
-    let parentPath = try confinedPath(Array(parts.dropLast()))
-    guard
-      Glibc.rename(parentPath + "/" + (parts.last ?? ""), parentPath + "/" + name) == 0
-    else {
+    guard name.utf8.count <= Int(NAME_MAX) else { throw NinePFailure.nameTooLong }
+    // The entry itself (a link is renamed, not followed), in the directory the walk reached.
+    let location = try locate(parts, followingLast: false)
+    let directory = location.directory.fd
+    guard renameat(directory, location.name, directory, name) == 0 else {
       // A directory renamed over a non-empty one: as for remove, Plan 9's words, which every
       // client maps back to ENOTEMPTY ("wstat failed" would say EIO).
       if errno == ENOTEMPTY || errno == EEXIST { throw NinePFailure.directoryNotEmpty }
-      throw NinePFailure(errno: errno, operation: "wstat")
+      throw Self.failure(errno, operation: "wstat")
     }
   }
 }
