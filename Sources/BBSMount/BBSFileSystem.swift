@@ -437,6 +437,13 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
           request.replyError(error.errno)
         }
       }
+    case .outbox:
+      guard !writes else {
+        logger.notice("chat/outbox is read-only: it lists the posts waiting to be sent")
+        return reply(request, EACCES)
+      }
+      info.handle = handles.store(SnapshotHandle(OutboxFile.render(posts.queuedPosts)))
+      request.replyOpen(info)
     case .file:
       answersInterrupts(request)
       FileHandle.open(request, node: node, info: info, tree: tree, remote: remote, handles: handles)
@@ -557,8 +564,8 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
 
   /// A post writer for a room (or for `/chat/post` with `room` nil).
   private func poster(room: String?, _ chatDirectory: [String]) -> PostHandle {
-    PostHandle(room: room, chatDirectory: chatDirectory, channel: posts) { [tree] in
-      tree.knownRooms($0, $1)
+    PostHandle(room: room, chatDirectory: chatDirectory, channel: posts, logger: logger) {
+      [tree] in tree.knownRooms($0, within: .seconds(1), $1)
     }
   }
 

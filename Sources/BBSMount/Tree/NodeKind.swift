@@ -12,6 +12,8 @@ public enum NodeKind: Sendable, Equatable {
   case post
   /// `/chat/users`: offset-less, read once per open.
   case users
+  /// `/chat/outbox`: the mount's queued posts, rendered at each open, read-only.
+  case outbox
 }
 
 /// Classifies paths by the 9BBS layout: `/chat/…` at the root or under `/srv/bbs/` (a device's
@@ -43,6 +45,7 @@ public struct PathClassifier: Sendable {
     switch name {
     case "post": return .post
     case "users": return .users
+    case "outbox": return .outbox
     default: return .room(name: name)
     }
   }
