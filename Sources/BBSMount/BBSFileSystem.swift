@@ -565,7 +565,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   /// A post writer for a room (or for `/chat/post` with `room` nil).
   private func poster(room: String?, _ chatDirectory: [String]) -> PostHandle {
     PostHandle(room: room, chatDirectory: chatDirectory, channel: posts, logger: logger) {
-      [tree] in tree.knownRooms($0, within: .seconds(1), $1)
+      [tree] in tree.knownRooms($0, within: Tree.chatPatience, $1)
     }
   }
 

@@ -101,6 +101,7 @@ final class PostingTests: XCTestCase {
     XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
     XCTAssertEqual(try timedPost("awake", to: mnt + "/chat/post").0, 0)
     XCTAssertTrue(waitUntil(timeout: 10) { reader.text.contains("awake") }, reader.text)
+    XCTAssertEqual(try shell("ls \(mnt)/chat").status, 0)  // a mount in use has listed it
 
     server?.signal(SIGSTOP)
     defer { server?.signal(SIGCONT) }
@@ -115,13 +116,25 @@ final class PostingTests: XCTestCase {
     XCTAssertEqual(fields.first, "lobby")
     XCTAssertEqual(fields.count, 4)
     XCTAssertEqual(fields.dropFirst(2).first, "1", "attempts: \(fields)")
+    // A room file and a `room:` line follow the same rules (queued behind the first).
+    let tech = try startReader("exec tail -f -s 0.2 \(audit)/chat/tech")
+    for (text, file) in [("frozen room", "chat/tech"), ("tech:frozen prefix", "chat/post")] {
+      let (status, seconds) = try timedPost(text, to: mnt + "/" + file)
+      XCTAssertEqual(status, 0, "\(file): \(mounts.first?.child.text ?? "")")
+      XCTAssertLessThan(seconds, 3.5, "a post to a frozen server held the writer of \(file)")
+    }
+    XCTAssertEqual(outboxLines(mnt)?.map { $0.prefix(5) }, ["lobby", "tech\t", "tech\t"])
 
     server?.signal(SIGCONT)
     XCTAssertTrue(
       waitUntil(timeout: 20) { reader.text.contains("frozen hello") }, "never delivered")
     XCTAssertTrue(waitUntil(timeout: 10) { self.outboxLines(mnt) == [] }, "outbox not emptied")
+    XCTAssertTrue(
+      waitUntil(timeout: 20) { chatTexts(tech.text) == ["frozen room", "frozen prefix"] },
+      tech.text)
     Thread.sleep(forTimeInterval: 1.5)  // a repeat would show by now
     XCTAssertEqual(occurrences(of: "frozen hello", in: reader.text), 1, reader.text)
+    XCTAssertEqual(chatTexts(tech.text), ["frozen room", "frozen prefix"])
   }
 
   /// The issue's 120 s case: posts queued from before, and the link stalls while they are

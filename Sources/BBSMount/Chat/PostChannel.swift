@@ -203,8 +203,10 @@ final class PostChannel: @unchecked Sendable {
     case .failure(let error) where error.isLinkFailure:
       queue[index].lastError = error.description
       if outbox == nil {
-        queue.remove(at: index)
-        deferred += failWriterLocked(item.writer, error)
+        // Nowhere to keep them: this post and every one waiting behind it fail now.
+        let writers = queue.compactMap(\.writer)
+        queue.removeAll()
+        for writer in writers { deferred += failWriterLocked(writer, error) }
       } else {
         let room = item.room
         deferred.append { [self] in

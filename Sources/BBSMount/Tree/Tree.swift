@@ -74,12 +74,18 @@ final class Tree: Sendable {
     default:
       if !classifier.isChatDirectory(path) { return lookupListed(path, completion) }
     }
-    guard let known = inodes.inode(for: path), let node = inodes.node(known) else {
-      return lookupListed(path, completion)
-    }
     let answer = FirstAnswer(completion)
     DispatchQueue.global().asyncAfter(deadline: .now() + Self.chatPatience.timeInterval) {
-      answer(.success(node))
+      [self] in
+      // The node as the mount knows it, or as the last listing of its directory showed it;
+      // a name the mount never saw waits for the server.
+      if let known = inodes.inode(for: path), let node = inodes.node(known) {
+        answer(.success(node))
+      } else if let listing = listings.lastSeen(directory),
+        let stat = listing.stats.first(where: { $0.name == name })
+      {
+        answer(.success(record(path, stat, asOf: listing.requested)))
+      }
     }
     lookupListed(path) { answer($0) }
   }
