@@ -222,4 +222,26 @@ final class PostingTests: XCTestCase {
     XCTAssertTrue(waitUntil(timeout: 10) { self.outboxLines(mnt) == [] })
     XCTAssertFalse(reader.text.contains("misrouted"), reader.text)
   }
+
+  /// A board room named `outbox` is hidden by the mount's file (listed once, logged once);
+  /// posts still reach it as `outbox:text`.
+  func testABoardRoomNamedOutboxIsShadowed() throws {
+    let board = try ServerProcess(transport: "unix", rooms: ["lobby", "outbox"])
+    defer { board.stop() }
+    let mnt = try mount(board.address)
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
+    let names = try shell("ls \(mnt)/chat").output.split(separator: "\n")
+    XCTAssertEqual(names.filter { $0 == "outbox" }.count, 1, "\(names)")
+    XCTAssertEqual(outboxLines(mnt), [])
+    // Taken by the board (a room it did not have would fail the write; nothing is queued).
+    XCTAssertEqual(try timedPost("outbox:to the room", to: mnt + "/chat/post").0, 0)
+    XCTAssertEqual(outboxLines(mnt), [])
+    let audit = try mount(board.address, options: ["uname=auditor"], name: "audit")
+    XCTAssertEqual(try shell("ls \(audit)/chat").status, 0)
+    XCTAssertEqual(outboxLines(audit), [], "the board room showed through")
+    XCTAssertTrue(
+      waitUntil(timeout: 10) {
+        (self.mounts.first?.child.text ?? "").contains("the server has a room /chat/outbox")
+      }, self.mounts.first?.child.text ?? "")
+  }
 }
