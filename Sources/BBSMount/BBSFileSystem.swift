@@ -22,7 +22,7 @@
 // - Chat/: RoomFeeds runs one RoomFeed per open room on a stream session of the Pool, fanning
 //   its lines out to every RoomHandle through an offset-addressed Transcript; RoomFollowing
 //   holds tail -f's fstat until a room grows; PostHandle → PostChannel sends chat posts one
-//   Twrite each, in order, with the Outbox while the link is down.
+//   Twrite each, in order, with the Outbox when the link is down or does not answer.
 // - Board/: DraftHandle keeps a new board message; BoardMessages sends it whole at close.
 
 import Foundation

@@ -198,6 +198,9 @@ final class PostingTests: XCTestCase {
     let write = try shell("/bin/echo x > \(mnt)/chat/outbox")
     XCTAssertNotEqual(write.status, 0)
     XCTAssertTrue(write.output.contains("Permission denied"), write.output)
+    let truncate = try shell("truncate -s 0 \(mnt)/chat/outbox")
+    XCTAssertNotEqual(truncate.status, 0, "truncating chat/outbox succeeded")
+    XCTAssertEqual(outboxLines(mnt)?.count, 1)
     try startServer()
     XCTAssertTrue(waitUntil(timeout: 30) { self.outboxLines(mnt) == [] }, "outbox not emptied")
   }

@@ -2,8 +2,9 @@ import Foundation
 
 /// Chat posts waiting for the link, on disk, in order.
 ///
-/// A post written while the link is down (or lost on the way when the link dies) is kept
-/// here before `write()` returns, so it survives the daemon: one file per post, 0600 in a 0700
+/// A post written while the link is down, behind posts already here, unanswered for
+/// ``PostChannel/patience``, or lost on the way when the link dies is kept here before
+/// `write()` returns, so it survives the daemon: one file per post, 0600 in a 0700
 /// directory under `$XDG_STATE_HOME/mount9bbs/outbox/<bbs>/`, written to a temporary name,
 /// fsynced, renamed into place and the directory fsynced. The next mount of the same BBS
 /// (same address and user name) sends what is left. A post that was on the wire when the
