@@ -109,7 +109,7 @@ final class PostingTests: XCTestCase {
     Thread.sleep(forTimeInterval: 1.5)
     let (status, seconds) = try timedPost("frozen hello", to: mnt + "/chat/post")
     XCTAssertEqual(status, 0, mounts.first?.child.text ?? "")
-    XCTAssertLessThan(seconds, 3.5, "a post to a frozen server held the writer")
+    XCTAssertLessThan(seconds, 4, "a post to a frozen server held the writer")
     let queued = outboxLines(mnt)
     XCTAssertEqual(queued?.count, 1, "chat/outbox: \(String(describing: queued))")
     let fields = queued?.first?.split(separator: "\t").map(String.init) ?? []
@@ -121,7 +121,7 @@ final class PostingTests: XCTestCase {
     for (text, file) in [("frozen room", "chat/tech"), ("tech:frozen prefix", "chat/post")] {
       let (status, seconds) = try timedPost(text, to: mnt + "/" + file)
       XCTAssertEqual(status, 0, "\(file): \(mounts.first?.child.text ?? "")")
-      XCTAssertLessThan(seconds, 3.5, "a post to a frozen server held the writer of \(file)")
+      XCTAssertLessThan(seconds, 4, "a post to a frozen server held the writer of \(file)")
     }
     XCTAssertEqual(outboxLines(mnt)?.map { $0.prefix(5) }, ["lobby", "tech\t", "tech\t"])
 
@@ -168,7 +168,7 @@ final class PostingTests: XCTestCase {
 
     let (status, seconds) = try timedPost("fresh post", to: mnt + "/chat/post")
     XCTAssertEqual(status, 0, "the new post failed or was blocked (124 = timeout)")
-    XCTAssertLessThan(seconds, 3.5, "a new post waited behind the outbox replay")
+    XCTAssertLessThan(seconds, 4, "a new post waited behind the outbox replay")
     XCTAssertGreaterThanOrEqual(outboxLines(mnt)?.count ?? 0, 2)
 
     proxy.setStalled(false)
@@ -216,7 +216,7 @@ final class PostingTests: XCTestCase {
     let (named, seconds) = try timedPost("tech:misrouted", to: mnt + "/chat/post")
     XCTAssertNotEqual(named, 0, "a post naming a room was taken without the room list")
     XCTAssertNotEqual(named, 124, "the post hung")
-    XCTAssertLessThan(seconds, 3.5)
+    XCTAssertLessThan(seconds, 4)
     XCTAssertEqual(try timedPost("plain offline", to: mnt + "/chat/post").0, 0)
     try startServer()
     let audit = try mount("unix!" + serverSocket, options: ["uname=auditor"], name: "audit")
