@@ -195,12 +195,16 @@ final class PostingTests: XCTestCase {
     XCTAssertEqual(lines.count, 1, "\(lines)")
     XCTAssertTrue(lines.first?.hasPrefix("tech\t") ?? false, "\(lines)")
     XCTAssertTrue(lines.first?.hasSuffix("\t0\tlink down") ?? false, "\(lines)")
+    // The state directory cleaned under the mount: the next post still finds a home.
+    try FileManager.default.removeItem(atPath: directory + "/state-mnt")
+    XCTAssertEqual(try timedPost("after cleaning", to: mnt + "/chat/tech").0, 0)
+    XCTAssertEqual(outboxLines(mnt)?.count, 2)
     let write = try shell("/bin/echo x > \(mnt)/chat/outbox")
     XCTAssertNotEqual(write.status, 0)
     XCTAssertTrue(write.output.contains("Permission denied"), write.output)
     let truncate = try shell("truncate -s 0 \(mnt)/chat/outbox")
     XCTAssertNotEqual(truncate.status, 0, "truncating chat/outbox succeeded")
-    XCTAssertEqual(outboxLines(mnt)?.count, 1)
+    XCTAssertEqual(outboxLines(mnt)?.count, 2)
     try startServer()
     XCTAssertTrue(waitUntil(timeout: 30) { self.outboxLines(mnt) == [] }, "outbox not emptied")
   }

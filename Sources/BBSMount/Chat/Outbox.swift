@@ -136,7 +136,14 @@ public final class Outbox: @unchecked Sendable {
     let temporary = final + ".tmp"
     let header = Array(("/" + entry.chatDirectory.joined(separator: "/") + "\n").utf8)
     let bytes = header + entry.payload
-    let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    var fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    if fd < 0 && errno == ENOENT {
+      // The directory was removed under the mount (a cleaned state directory): make it again.
+      try? FileManager.default.createDirectory(
+        atPath: directory, withIntermediateDirectories: true,
+        attributes: [.posixPermissions: 0o700])
+      fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    }
     guard fd >= 0 else { throw failure("create", temporary) }
     var written = 0
     while written < bytes.count {
