@@ -22,7 +22,7 @@
 // - Chat/: RoomFeeds runs one RoomFeed per open room on a stream session of the Pool, fanning
 //   its lines out to every RoomHandle through an offset-addressed Transcript; RoomFollowing
 //   holds tail -f's fstat until a room grows; PostHandle → PostChannel sends chat posts one
-//   Twrite each, in order, with the Outbox while the link is down.
+//   Twrite each, in order, with the Outbox when the link is down or does not answer.
 // - Board/: DraftHandle keeps a new board message; BoardMessages sends it whole at close.
 
 import Foundation
@@ -490,6 +490,13 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       RoomLogHandle.open(
         request, feed: feeds.feed(for: RoomLogs.roomPath(of: node.path), room: room),
         inode: node.inode, info: info, handles: handles)
+    case .outbox:
+      guard !writes else {
+        logger.notice("chat/outbox is read-only: it lists the posts waiting to be sent")
+        return reply(request, EACCES)
+      }
+      info.handle = handles.store(SnapshotHandle(OutboxFile.render(posts.queuedPosts)))
+      request.replyOpen(info)
     case .file:
       answersInterrupts(request)
       FileHandle.open(request, node: node, info: info, tree: tree, remote: remote, handles: handles)
@@ -617,8 +624,8 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
 
   /// A post writer for a room (or for `/chat/post` with `room` nil).
   private func poster(room: String?, _ chatDirectory: [String]) -> PostHandle {
-    PostHandle(room: room, chatDirectory: chatDirectory, channel: posts) { [tree] in
-      tree.knownRooms($0, $1)
+    PostHandle(room: room, chatDirectory: chatDirectory, channel: posts, logger: logger) {
+      [tree] in tree.knownRooms($0, within: Tree.chatPatience, $1)
     }
   }
 

@@ -38,6 +38,36 @@ final class MountLogicTests: XCTestCase {
     XCTAssertEqual(String(decoding: posts.flatMap(\.text), as: UTF8.self), text)
   }
 
+  /// Whether a write needs the room list: only `/chat/post` lines with a colon early on.
+  func testOnlyLinesThatMayNameARoomNeedTheRoomList() {
+    var composer = PostComposer(fixedRoom: nil)
+    XCTAssertFalse(composer.mayNameRoom(adding: Array("hello\n".utf8), finishing: false))
+    XCTAssertTrue(composer.mayNameRoom(adding: Array("hi\ntech:hi\n".utf8), finishing: false))
+    XCTAssertFalse(composer.mayNameRoom(adding: Array("tech:unfinished".utf8), finishing: false))
+    XCTAssertTrue(composer.mayNameRoom(adding: Array("tech:unfinished".utf8), finishing: true))
+    let late = String(repeating: "x", count: 40) + ":not a room\n"
+    XCTAssertFalse(composer.mayNameRoom(adding: Array(late.utf8), finishing: false))
+    _ = composer.append(Array("tech".utf8), knownRooms: [])
+    XCTAssertTrue(composer.mayNameRoom(adding: Array(":hi\n".utf8), finishing: false))
+    XCTAssertFalse(
+      PostComposer(fixedRoom: "tech").mayNameRoom(adding: Array("a:b\n".utf8), finishing: true))
+  }
+
+  /// `chat/outbox`: the agreed header, one escaped tab-separated line per post, oldest first.
+  func testOutboxFileFormat() {
+    let now = Date(timeIntervalSince1970: 1000)
+    XCTAssertEqual(OutboxFile.render([], now: now), Array("ROOM\tAGE\tATTEMPTS\tLAST-ERROR\n".utf8))
+    let posts = [
+      QueuedPost(room: "lobby", queued: now - 12.7, attempts: 0, lastError: "link down"),
+      QueuedPost(room: "te\tch", queued: now - 3, attempts: 2, lastError: nil),
+      QueuedPost(room: "x", queued: now + 5, attempts: 1, lastError: "a\nb\\c\u{1B}[31m"),
+    ]
+    XCTAssertEqual(
+      String(decoding: OutboxFile.render(posts, now: now), as: UTF8.self),
+      "ROOM\tAGE\tATTEMPTS\tLAST-ERROR\nlobby\t12\t0\tlink down\nte\\tch\t3\t2\t-\n"
+        + "x\t0\t1\ta\\nb\\\\c\\x1B[31m\n")
+  }
+
   func testTranscriptIsOffsetAddressed() {
     var transcript = Transcript(capacity: 64)
     transcript.append(Array("one\n".utf8))
@@ -60,6 +90,7 @@ final class MountLogicTests: XCTestCase {
     XCTAssertEqual(classifier.kind(of: ["chat", "lobby"]), .room(name: "lobby"))
     XCTAssertEqual(classifier.kind(of: ["srv", "bbs", "chat", "post"]), .post)
     XCTAssertEqual(classifier.kind(of: ["chat", "users"]), .users)
+    XCTAssertEqual(classifier.kind(of: ["srv", "bbs", "chat", "outbox"]), .outbox)
     XCTAssertEqual(classifier.kind(of: ["feeds", "a.log"]), .room(name: "a.log"))
     XCTAssertNil(classifier.kind(of: ["feeds", "sub", "a.log"]))
     XCTAssertNil(classifier.kind(of: ["etc", "motd"]))

@@ -2,12 +2,14 @@ import Foundation
 
 /// Chat posts waiting for the link, on disk, in order.
 ///
-/// A post written while the link is down (or lost on the way when the link dies) is kept
-/// here before `write()` returns, so it survives the daemon: one file per post, 0600 in a 0700
+/// A post written while the link is down, behind posts already here, unanswered for
+/// ``PostChannel/patience``, or lost on the way when the link dies is kept here before
+/// `write()` returns, so it survives the daemon: one file per post, 0600 in a 0700
 /// directory under `$XDG_STATE_HOME/mount9bbs/outbox/<bbs>/`, written to a temporary name,
 /// fsynced, renamed into place and the directory fsynced. The next mount of the same BBS
 /// (same address and user name) sends what is left. A post that was on the wire when the
-/// link died is sent again: delivery is at least once, never silently dropped.
+/// link died is sent again: delivery is at least once, never silently dropped (see
+/// ``PostChannel`` for when it is exactly once).
 public final class Outbox: @unchecked Sendable {
   struct Entry: Equatable {
     let sequence: UInt64
@@ -15,10 +17,14 @@ public final class Outbox: @unchecked Sendable {
     let chatDirectory: [String]
     /// `room:text`, one Twrite.
     let payload: [UInt8]
+    /// When it was written (its file's mtime after a restart).
+    let queued: Date
   }
 
   struct Failure: Error, CustomStringConvertible {
     let description: String
+    /// The errno of the failed call (ENOSPC, EACCES…), for the writer whose post it was.
+    var code: Int32 = EIO
   }
 
   let directory: String
@@ -46,10 +52,13 @@ public final class Outbox: @unchecked Sendable {
           let newline = data.firstIndex(of: UInt8(ascii: "\n"))
         else { continue }
         let path = String(decoding: data[..<newline], as: UTF8.self)
+        let modified =
+          (try? manager.attributesOfItem(atPath: directory + "/" + name))?[.modificationDate]
+          as? Date
         entries.append(
           Entry(
             sequence: sequence, chatDirectory: path.split(separator: "/").map(String.init),
-            payload: Array(data[(newline + 1)...])))
+            payload: Array(data[(newline + 1)...]), queued: modified ?? Date()))
       }
     } catch {
       throw Failure(description: "cannot use the outbox \(directory): \(error)")
@@ -71,26 +80,28 @@ public final class Outbox: @unchecked Sendable {
 
   var isEmpty: Bool { count == 0 }
 
-  /// The oldest post.
-  var first: Entry? {
+  /// The stored posts, oldest first.
+  var all: [Entry] {
     lock.lock()
     defer { lock.unlock() }
-    return entries.first
+    return entries
   }
 
-  /// Stores posts durably, in order. Returns once they are on disk.
-  func append(_ payloads: [[UInt8]], chatDirectory: [String]) throws(Failure) {
-    for payload in payloads {
-      lock.lock()
-      let sequence = nextSequence
-      nextSequence += 1
-      lock.unlock()
-      let entry = Entry(sequence: sequence, chatDirectory: chatDirectory, payload: payload)
-      try store(entry)
-      lock.lock()
-      entries.append(entry)
-      lock.unlock()
-    }
+  /// Stores a post durably, after every post stored before. Returns once it is on disk.
+  func append(
+    _ payload: [UInt8], chatDirectory: [String], queued: Date = Date()
+  ) throws(Failure) -> Entry {
+    lock.lock()
+    let sequence = nextSequence
+    nextSequence += 1
+    lock.unlock()
+    let entry = Entry(
+      sequence: sequence, chatDirectory: chatDirectory, payload: payload, queued: queued)
+    try store(entry)
+    lock.lock()
+    entries.append(entry)
+    lock.unlock()
+    return entry
   }
 
   /// Forgets a post the server acknowledged.
@@ -125,7 +136,14 @@ public final class Outbox: @unchecked Sendable {
     let temporary = final + ".tmp"
     let header = Array(("/" + entry.chatDirectory.joined(separator: "/") + "\n").utf8)
     let bytes = header + entry.payload
-    let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    var fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    if fd < 0 && errno == ENOENT {
+      // The directory was removed under the mount (a cleaned state directory): make it again.
+      try? FileManager.default.createDirectory(
+        atPath: directory, withIntermediateDirectories: true,
+        attributes: [.posixPermissions: 0o700])
+      fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    }
     guard fd >= 0 else { throw failure("create", temporary) }
     var written = 0
     while written < bytes.count {
@@ -155,6 +173,8 @@ public final class Outbox: @unchecked Sendable {
   }
 
   private func failure(_ operation: String, _ path: String) -> Failure {
-    Failure(description: "outbox \(operation) \(path): \(String(cString: strerror(errno)))")
+    let code = errno
+    return Failure(
+      description: "outbox \(operation) \(path): \(String(cString: strerror(code)))", code: code)
   }
 }

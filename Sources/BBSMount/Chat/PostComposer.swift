@@ -19,6 +19,20 @@ struct PostComposer {
   /// Bytes waiting for a newline.
   var hasPartialLine: Bool { !pending.isEmpty }
 
+  /// Whether a line that `data` completes (or, `finishing`, the partial line) may name its
+  /// room (`room:text`), so the rooms must be known to route it.
+  func mayNameRoom(adding data: [UInt8], finishing: Bool) -> Bool {
+    guard fixedRoom == nil else { return false }
+    var text = pending + data
+    if !finishing {
+      guard let newline = text.lastIndex(of: UInt8(ascii: "\n")) else { return false }
+      text.removeSubrange(newline...)
+    }
+    return text.split(separator: UInt8(ascii: "\n")).contains {
+      $0.prefix(32).contains(UInt8(ascii: ":"))
+    }
+  }
+
   /// Adds written bytes; returns the complete lines' posts. `knownRooms` lets `/chat/post` lines
   /// of the form `room:text` target that room.
   mutating func append(_ data: [UInt8], knownRooms: Set<String>) -> [Post] {

@@ -1,11 +1,14 @@
 import Foundation
 import FuseKit
+import Logging
 import NinePClient
 
-/// The rooms of a chat directory now, for `/chat/post` lines that name their room.
+/// The rooms of a chat directory now, for `/chat/post` lines that name their room; an error
+/// when they cannot be known (never an empty set that would send `tech:hi` to the lobby).
 typealias RoomLister =
   @Sendable (
-    _ chatDirectory: [String], _ body: @escaping @Sendable (Set<String>) -> Void
+    _ chatDirectory: [String],
+    _ body: @escaping @Sendable (Result<Set<String>, NinePError>) -> Void
   ) -> Void
 
 /// A writer of chat posts (`/chat/post`, or a room opened for writing): composes lines and
@@ -16,22 +19,31 @@ final class PostHandle: OpenHandle, @unchecked Sendable {
   let channel: PostChannel
   let chatDirectory: [String]
   private let knownRooms: RoomLister
+  private let logger: Logger
 
   init(
     room: String?, chatDirectory: [String], channel: PostChannel,
-    knownRooms: @escaping RoomLister
+    logger: Logger = Logger(label: "mount9bbs.post"), knownRooms: @escaping RoomLister
   ) {
     composer = PostComposer(fixedRoom: room)
     self.chatDirectory = chatDirectory
     self.channel = channel
+    self.logger = logger
     self.knownRooms = knownRooms
   }
 
   /// Ctrl-C answers a write or close at once, whatever the server does; the post itself
   /// goes on (sent, or kept in the outbox if the link dies), as a post cannot be unsent.
+  /// Lines that may name a room wait for the room list; if it cannot be had, the write fails
+  /// whole (nothing of it is posted) rather than guess.
   func write(_ request: FuseRequest, data: [UInt8], offset: UInt64) {
     request.onInterrupt { $0.replyError(EINTR) }
-    knownRooms(chatDirectory) { [self] rooms in
+    let needsRooms = lock.withLock { composer.mayNameRoom(adding: data, finishing: false) }
+    rooms(needsRooms) { [self] listed in
+      guard case .success(let rooms) = listed else {
+        request.replyError(refusal(listed))
+        return
+      }
       lock.lock()
       let posts = composer.append(data, knownRooms: rooms)
       lock.unlock()
@@ -55,12 +67,35 @@ final class PostHandle: OpenHandle, @unchecked Sendable {
   }
 
   private func finish(_ completion: @escaping PostChannel.Completion) {
-    knownRooms(chatDirectory) { [self] rooms in
+    let needsRooms = lock.withLock { composer.mayNameRoom(adding: [], finishing: true) }
+    rooms(needsRooms) { [self] listed in
+      guard case .success(let rooms) = listed else {
+        lock.withLock { _ = composer.finish(knownRooms: []) }
+        return completion(listed.map { _ in () })
+      }
       lock.lock()
       let posts = composer.finish(knownRooms: rooms)
       lock.unlock()
       send(posts, completion)
     }
+  }
+
+  /// The rooms, when a line may name one; else no need to ask (a frozen server's listing
+  /// must not hold `echo hi > chat/post`).
+  private func rooms(
+    _ needed: Bool, _ body: @escaping @Sendable (Result<Set<String>, NinePError>) -> Void
+  ) {
+    guard needed else { return body(.success([])) }
+    knownRooms(chatDirectory, body)
+  }
+
+  /// The errno for a write refused because the rooms could not be listed, said in the log.
+  private func refusal(_ listed: Result<Set<String>, NinePError>) -> Int32 {
+    guard case .failure(let error) = listed else { return 0 }
+    logger.notice(
+      "a post naming its room (room:text) was refused: the rooms of /\(chatDirectory.joined(separator: "/")) could not be listed (\(error))"
+    )
+    return error.errno
   }
 
   private func send(_ posts: [PostComposer.Post], _ completion: @escaping PostChannel.Completion) {

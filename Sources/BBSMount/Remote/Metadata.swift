@@ -131,6 +131,12 @@ extension BBSFileSystem {
     if let draft = draft(of: node, file: file) {
       return changeDraft(request, draft, node: node, asked, changes: changes)
     }
+    if node.kind == .outbox && asked.changesAnything {
+      // The mount's view of its queue: there is nothing to truncate or stamp.
+      logger.notice("chat/outbox is read-only: it lists the posts waiting to be sent")
+      request.replyError(EPERM)
+      return
+    }
     if nodes.isLocal(node.kind) {
       // `echo hi > chat/post` truncates before writing: the streams have nothing to truncate,
       // and a truncation may come with the time it happened. Anything else cannot be done.

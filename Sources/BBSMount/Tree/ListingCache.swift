@@ -113,6 +113,13 @@ final class ListingCache: @unchecked Sendable {
     fetch(path)
   }
 
+  /// The last listing of `path` the mount saw, however old (nil if none is kept).
+  func lastSeen(_ path: [String]) -> Listing? {
+    lock.lock()
+    defer { lock.unlock() }
+    return entries[path].map { Listing(stats: $0.stats, requested: $0.requested) }
+  }
+
   /// Whether the listing of `path` held now is known to be whole.
   func isComplete(_ path: [String]) -> Bool {
     lock.lock()

@@ -31,7 +31,7 @@ struct NodeAttributes: Sendable {
   /// Whether the mount, not the server, knows the node's attributes.
   func isLocal(_ kind: NodeKind) -> Bool {
     switch kind {
-    case .room, .post, .users, .roomLogs, .roomLog: true
+    case .room, .post, .users, .roomLogs, .roomLog, .outbox: true
     case .directory, .file: false
     }
   }
@@ -94,6 +94,9 @@ struct NodeAttributes: Sendable {
         attributes.st_size = Int(clamping: feed.extent.count)
         mtime = feed.modified
       }
+    case .outbox:
+      attributes.st_mode = S_IFREG | 0o444
+      attributes.st_nlink = 1
     }
     // The server's times where it keeps them (a files area does; a board says 0).
     var atime: Date?

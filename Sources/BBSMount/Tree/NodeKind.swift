@@ -16,6 +16,8 @@ public enum NodeKind: Sendable, Equatable {
   case roomLogs
   /// `/chat/log/ROOM`: a room's transcript as a file that ends (see RoomLog.swift).
   case roomLog(name: String)
+  /// `/chat/outbox`: the mount's queued posts, rendered at each open, read-only.
+  case outbox
 }
 
 /// Classifies paths by the 9BBS layout: `/chat/…` at the root or under `/srv/bbs/` (a device's
@@ -53,6 +55,7 @@ public struct PathClassifier: Sendable {
     case "post": return .post
     case "users": return .users
     case RoomLogs.directoryName: return .roomLogs
+    case "outbox": return .outbox
     default: return .room(name: name)
     }
   }

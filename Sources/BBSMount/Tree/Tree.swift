@@ -13,6 +13,7 @@ import FuseKit
 import Logging
 import NinePClient
 import NinePProtocol
+import Synchronization
 
 #if canImport(Glibc)
   import Glibc
@@ -25,6 +26,8 @@ final class Tree: Sendable {
   let attributes: NodeAttributes
   private let remote: Remote
   private let logger: Logger
+  /// A server room named like a mount-local chat file was seen (it is logged once).
+  private let shadowReported = Atomic<Bool>(false)
 
   init(
     inodes: InodeTable, listings: ListingCache, attributes: NodeAttributes, remote: Remote,
@@ -46,6 +49,11 @@ final class Tree: Sendable {
       path: path, kind: attributes.kind(of: path, stat: stat), stat: stat, asOf: asked)
   }
 
+  /// How long a lookup of a chat node the mount already knows (the chat directory, a room)
+  /// waits for the server before what the mount knows answers: `echo > chat/post` to a frozen
+  /// server must not wait for its listing (the listing goes on and updates the cache).
+  static let chatPatience: Duration = .milliseconds(500)
+
   /// Looks `name` up in `directory`'s listing. A name not in a listing still being confirmed
   /// waits for the whole one before it is not found; with the link down a node seen before is
   /// the answer; an unlistable parent is walked instead.
@@ -55,6 +63,40 @@ final class Tree: Sendable {
   ) {
     let path = directory + [name]
     if RoomLogs.lookup(path, in: self, completion) { return }
+    let classifier = attributes.classifier
+    switch classifier.kind(of: path) {
+    case .outbox, .post:
+      // Known by its path: mount-local, or the post file of every chat directory (whose
+      // writes the outbox keeps when the server does not answer).
+      let kind = classifier.kind(of: path) ?? .post
+      return completion(.success(inodes.record(path: path, kind: kind, stat: nil)))
+    case .room where classifier.isChatDirectory(directory):
+      break
+    default:
+      if !classifier.isChatDirectory(path) { return lookupListed(path, completion) }
+    }
+    let answer = FirstAnswer(completion)
+    DispatchQueue.global().asyncAfter(deadline: .now() + Self.chatPatience.timeInterval) {
+      [self] in
+      // The node as the mount knows it, or as the last listing of its directory showed it;
+      // a name the mount never saw waits for the server.
+      if let known = inodes.inode(for: path), let node = inodes.node(known) {
+        answer(.success(node))
+      } else if let listing = listings.lastSeen(directory),
+        let stat = listing.stats.first(where: { $0.name == name })
+      {
+        answer(.success(record(path, stat, asOf: listing.requested)))
+      }
+    }
+    lookupListed(path) { answer($0) }
+  }
+
+  private func lookupListed(
+    _ path: [String],
+    _ completion: @escaping @Sendable (Result<InodeTable.Node, NinePError>) -> Void
+  ) {
+    let directory = Array(path.dropLast())
+    guard let name = path.last else { return completion(.failure(.notFound(path: "/"))) }
     listings.listing(directory) { [self] listed in
       if case .success(let listing) = listed, !listing.stats.contains(where: { $0.name == name }),
         !listings.isComplete(directory)
@@ -152,6 +194,10 @@ final class Tree: Sendable {
               RoomLogs.shadowed(node.path, logger)
               continue
             }
+            if chat && stat.name == "outbox" {
+              reportShadowed(node.path + [stat.name])
+              continue
+            }
             let child = record(node.path + [stat.name], stat, asOf: listing.requested)
             if child.kind == .directory { subdirectories += 1 }
             entries.append(DirectoryEntry(name: stat.name, entry: attributes.entry(for: child)))
@@ -159,6 +205,8 @@ final class Tree: Sendable {
           if chat {
             entries.append(RoomLogs.entry(in: node.path, of: self))
             subdirectories += 1
+            let outbox = inodes.record(path: node.path + ["outbox"], kind: .outbox, stat: nil)
+            entries.append(DirectoryEntry(name: "outbox", entry: attributes.entry(for: outbox)))
           }
           if listings.isComplete(node.path) {
             inodes.listed(node.path, subdirectories: subdirectories, asOf: listing.requested)
@@ -168,11 +216,57 @@ final class Tree: Sendable {
     }
   }
 
-  /// The rooms of a chat directory: its listing less `post` and `users`.
-  func knownRooms(_ chatDirectory: [String], _ body: @escaping @Sendable (Set<String>) -> Void) {
-    listings.listing(chatDirectory) { listed in
-      let names = (try? listed.get())?.stats.map(\.name) ?? []
-      body(Set(names).subtracting(["post", "users"]))
+  /// Says once that a server room is hidden behind a mount-local file of the same name.
+  private func reportShadowed(_ path: [String]) {
+    guard !shadowReported.exchange(true, ordering: .relaxed) else { return }
+    logger.notice(
+      "the server has a room /\(path.joined(separator: "/")); the mount's own file of that name hides it (posts to it still go through chat/post as \(path.last ?? ""):text)"
+    )
+  }
+
+  /// The rooms of a chat directory: its listing less `post`, `users` and the mount's own
+  /// files. Waits at most `patience` for the listing (a frozen server must not hold a post);
+  /// then the last listing seen, however old, answers, and without one the error does: a post
+  /// is never routed by a listing that failed.
+  func knownRooms(
+    _ chatDirectory: [String], within patience: Duration,
+    _ body: @escaping @Sendable (Result<Set<String>, NinePError>) -> Void
+  ) {
+    let answer = FirstAnswer(body)
+    let lastSeen: @Sendable () -> ListingCache.Listing? = { [listings] in
+      listings.lastSeen(chatDirectory)
     }
+    listings.listing(chatDirectory) { listed in
+      switch listed {
+      case .success(let listing): answer(.success(Self.rooms(in: listing)))
+      case .failure(let error):
+        answer(lastSeen().map { .success(Self.rooms(in: $0)) } ?? .failure(error))
+      }
+    }
+    DispatchQueue.global().asyncAfter(deadline: .now() + patience.timeInterval) {
+      answer(
+        lastSeen().map { .success(Self.rooms(in: $0)) }
+          ?? .failure(.sessionClosed(reason: "the chat rooms could not be listed in time")))
+    }
+  }
+
+  private static func rooms(in listing: ListingCache.Listing) -> Set<String> {
+    Set(listing.stats.map(\.name)).subtracting(["post", "users"])
+  }
+}
+
+/// Passes on the first result it is given and drops the rest (a reply racing a deadline).
+final class FirstAnswer<Value: Sendable>: @unchecked Sendable {
+  private let lock = NSLock()
+  private var body: (@Sendable (Value) -> Void)?
+
+  init(_ body: @escaping @Sendable (Value) -> Void) { self.body = body }
+
+  func callAsFunction(_ value: Value) {
+    let taken = lock.withLock { () -> (@Sendable (Value) -> Void)? in
+      defer { body = nil }
+      return body
+    }
+    taken?(value)
   }
 }

@@ -1,0 +1,254 @@
+import Foundation
+import NinePTransport
+import TestSupport
+import XCTest
+
+/// Posting never hangs (issue 23 part 6): a post returns once delivered or safely queued,
+/// is delivered exactly once when the link answers, never waits behind an outbox replay, and
+/// is never routed by a room listing that failed. Real `9bbsd`, real mounts, `echo >`.
+final class PostingTests: XCTestCase {
+  var directory = ""
+  var serverSocket: String { directory + "/9bbs.sock" }
+  var server: ChildProcess?
+  var mounts: [MountProcess] = []
+  var background: [ChildProcess] = []
+
+  override func setUpWithError() throws {
+    directory = try makeTemporaryDirectory("mount9bbs-posting")
+    try startServer()
+  }
+
+  override func tearDown() {
+    server?.signal(SIGCONT)
+    for child in background { child.stop(grace: 1) }
+    for mount in mounts { mount.stop() }
+    server?.stop()
+    try? FileManager.default.removeItem(atPath: directory)
+  }
+
+  /// Starts (or restarts) 9bbsd on the same socket and data directory.
+  func startServer() throws {
+    let child = ChildProcess(
+      BuiltProducts.path(of: "9bbsd"),
+      ["--listen", "unix!" + serverSocket, "--rooms", "lobby,tech", "--data", directory + "/data"])
+    try child.start()
+    guard waitUntil(timeout: 10, { child.text.contains("listening on") || !child.isRunning }),
+      child.isRunning
+    else {
+      child.stop()
+      throw HarnessError("9bbsd did not start: \(child.text)")
+    }
+    server = child
+  }
+
+  func killServer() {
+    server?.signal(SIGKILL)
+    server?.wait(timeout: 5)
+  }
+
+  /// Mounts with a private outbox directory and a short keepalive (`options` may override).
+  func mount(_ address: String, options: [String] = [], name: String = "mnt") throws -> String {
+    let mountpoint = directory + "/" + name
+    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
+    mounts.append(
+      try MountProcess(
+        address: address, mountpoint: mountpoint, options: ["keepalive=1"] + options,
+        environment: ["XDG_STATE_HOME": directory + "/state-" + name]))
+    return mountpoint
+  }
+
+  func startReader(_ command: String) throws -> ChildProcess {
+    let child = ChildProcess("/bin/sh", ["-c", command])
+    try child.start()
+    background.append(child)
+    return child
+  }
+
+  func status(_ mountpoint: String) -> [String: Any]? { statusJSON(of: mountpoint) }
+
+  func linkState(_ mountpoint: String) -> String? {
+    (status(mountpoint)?["link"] as? [String: Any])?["state"] as? String
+  }
+
+  /// An `echo` that `timeout` ends (status 124) if the write blocks; its status and seconds.
+  func timedPost(_ text: String, to file: String, limit: Int = 10) throws -> (Int32, Double) {
+    let started = Date()
+    let result = try shell(
+      "timeout \(limit) /bin/sh -c \"/bin/echo '\(text)' > \(file)\"", timeout: Double(limit + 10))
+    return (result.status, Date().timeIntervalSince(started))
+  }
+
+  /// The lines of `chat/outbox` after its header (nil if it cannot be read).
+  func outboxLines(_ mountpoint: String) -> [String]? {
+    guard let result = try? shell("cat \(mountpoint)/chat/outbox", timeout: 10), result.status == 0
+    else { return nil }
+    let lines = result.output.split(separator: "\n").map(String.init)
+    guard lines.first == "ROOM\tAGE\tATTEMPTS\tLAST-ERROR" else { return nil }
+    return Array(lines.dropFirst())
+  }
+
+  func occurrences(of text: String, in output: String) -> Int {
+    output.components(separatedBy: text).count - 1
+  }
+
+  /// The issue's frozen server: `echo` blocked 20.6 s and returned 0 with no sign of the
+  /// queue. Now it returns within ~2 s, `chat/outbox` shows the post, and when the server
+  /// wakes its late Rwrite counts: the post is there once, and the outbox empties.
+  func testPostToAFrozenServerReturnsAtOnceAndArrivesOnce() throws {
+    let mnt = try mount("unix!" + serverSocket, options: ["keepalive=10"])
+    let audit = try mount("unix!" + serverSocket, options: ["uname=auditor"], name: "audit")
+    let reader = try startReader("exec tail -f -s 0.2 \(audit)/chat/lobby")
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
+    XCTAssertEqual(try timedPost("awake", to: mnt + "/chat/post").0, 0)
+    XCTAssertTrue(waitUntil(timeout: 10) { reader.text.contains("awake") }, reader.text)
+    XCTAssertEqual(try shell("ls \(mnt)/chat").status, 0)  // a mount in use has listed it
+
+    server?.signal(SIGSTOP)
+    defer { server?.signal(SIGCONT) }
+    // A while later, as a user would post: the mount's cached names have expired.
+    Thread.sleep(forTimeInterval: 1.5)
+    let (status, seconds) = try timedPost("frozen hello", to: mnt + "/chat/post")
+    XCTAssertEqual(status, 0, mounts.first?.child.text ?? "")
+    XCTAssertLessThan(seconds, 4, "a post to a frozen server held the writer")
+    let queued = outboxLines(mnt)
+    XCTAssertEqual(queued?.count, 1, "chat/outbox: \(String(describing: queued))")
+    let fields = queued?.first?.split(separator: "\t").map(String.init) ?? []
+    XCTAssertEqual(fields.first, "lobby")
+    XCTAssertEqual(fields.count, 4)
+    XCTAssertEqual(fields.dropFirst(2).first, "1", "attempts: \(fields)")
+    // A room file and a `room:` line follow the same rules (queued behind the first).
+    let tech = try startReader("exec tail -f -s 0.2 \(audit)/chat/tech")
+    for (text, file) in [("frozen room", "chat/tech"), ("tech:frozen prefix", "chat/post")] {
+      let (status, seconds) = try timedPost(text, to: mnt + "/" + file)
+      XCTAssertEqual(status, 0, "\(file): \(mounts.first?.child.text ?? "")")
+      XCTAssertLessThan(seconds, 4, "a post to a frozen server held the writer of \(file)")
+    }
+    XCTAssertEqual(outboxLines(mnt)?.map { $0.prefix(5) }, ["lobby", "tech\t", "tech\t"])
+
+    server?.signal(SIGCONT)
+    XCTAssertTrue(
+      waitUntil(timeout: 20) { reader.text.contains("frozen hello") }, "never delivered")
+    XCTAssertTrue(waitUntil(timeout: 10) { self.outboxLines(mnt) == [] }, "outbox not emptied")
+    XCTAssertTrue(
+      waitUntil(timeout: 20) { chatTexts(tech.text) == ["frozen room", "frozen prefix"] },
+      tech.text)
+    Thread.sleep(forTimeInterval: 1.5)  // a repeat would show by now
+    XCTAssertEqual(occurrences(of: "frozen hello", in: reader.text), 1, reader.text)
+    XCTAssertEqual(chatTexts(tech.text), ["frozen room", "frozen prefix"])
+  }
+
+  /// The issue's 120 s case: posts queued from before, and the link stalls while they are
+  /// re-sent. A new post is queued behind them at once instead of waiting for the replay;
+  /// when the link answers everything arrives once, in order, and `chat/outbox` empties.
+  func testNewPostIsNotBlockedBehindAStalledReplay() throws {
+    let proxy = try FaultProxy(
+      listen: .unix(path: directory + "/proxy.sock"), server: .unix(path: serverSocket))
+    defer { proxy.stop() }
+    let mnt = try mount("unix!" + directory + "/proxy.sock", options: ["keepalive=10"])
+    let audit = try mount("unix!" + serverSocket, options: ["uname=auditor"], name: "audit")
+    let reader = try startReader("exec tail -f -s 0.2 \(audit)/chat/lobby")
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
+    XCTAssertEqual(try shell("ls \(mnt)/chat").status, 0)  // rooms known while down
+
+    proxy.setRefusing(true)
+    XCTAssertTrue(waitUntil(timeout: 30) { self.linkState(mnt) == "down" }, "outage not seen")
+    for number in 1...3 {
+      XCTAssertEqual(try timedPost("stored \(number)", to: mnt + "/chat/post").0, 0)
+    }
+    XCTAssertEqual(outboxLines(mnt)?.count, 3)
+
+    // The link comes back slow, and stalls once the replay has begun.
+    proxy.setDelay(0.3)
+    proxy.setRefusing(false)
+    XCTAssertTrue(
+      waitUntil(timeout: 40) { (self.status(mnt)?["outbox"] as? Int ?? 3) < 3 },
+      "the replay never started")
+    proxy.setStalled(true)
+    defer { proxy.setStalled(false) }
+
+    let (status, seconds) = try timedPost("fresh post", to: mnt + "/chat/post")
+    XCTAssertEqual(status, 0, "the new post failed or was blocked (124 = timeout)")
+    XCTAssertLessThan(seconds, 4, "a new post waited behind the outbox replay")
+    XCTAssertGreaterThanOrEqual(outboxLines(mnt)?.count ?? 0, 2)
+
+    proxy.setStalled(false)
+    proxy.setDelay(0)
+    XCTAssertTrue(
+      waitUntil(timeout: 40) { reader.text.contains("fresh post") }, "never delivered")
+    XCTAssertTrue(waitUntil(timeout: 10) { self.outboxLines(mnt) == [] }, "outbox not emptied")
+    Thread.sleep(forTimeInterval: 1.5)
+    let texts = chatTexts(reader.text).filter { $0.hasPrefix("stored") || $0 == "fresh post" }
+    XCTAssertEqual(texts, ["stored 1", "stored 2", "stored 3", "fresh post"], reader.text)
+  }
+
+  /// `chat/outbox` is a read-only listed file: a post made offline is shown with its room,
+  /// age, attempts and why it waits, writes to it are refused, and it empties on delivery.
+  func testOutboxFileListsQueuedPostsAndIsReadOnly() throws {
+    let mnt = try mount("unix!" + serverSocket)
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
+    XCTAssertEqual(outboxLines(mnt), [])
+    XCTAssertTrue(try shell("ls \(mnt)/chat").output.split(separator: "\n").contains("outbox"))
+    killServer()
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "down" })
+    XCTAssertEqual(try timedPost("offline", to: mnt + "/chat/tech").0, 0)
+    let lines = outboxLines(mnt) ?? []
+    XCTAssertEqual(lines.count, 1, "\(lines)")
+    XCTAssertTrue(lines.first?.hasPrefix("tech\t") ?? false, "\(lines)")
+    XCTAssertTrue(lines.first?.hasSuffix("\t0\tlink down") ?? false, "\(lines)")
+    // The state directory cleaned under the mount: the next post still finds a home.
+    try FileManager.default.removeItem(atPath: directory + "/state-mnt")
+    XCTAssertEqual(try timedPost("after cleaning", to: mnt + "/chat/tech").0, 0)
+    XCTAssertEqual(outboxLines(mnt)?.count, 2)
+    let write = try shell("/bin/echo x > \(mnt)/chat/outbox")
+    XCTAssertNotEqual(write.status, 0)
+    XCTAssertTrue(write.output.contains("Permission denied"), write.output)
+    let truncate = try shell("truncate -s 0 \(mnt)/chat/outbox")
+    XCTAssertNotEqual(truncate.status, 0, "truncating chat/outbox succeeded")
+    XCTAssertEqual(outboxLines(mnt)?.count, 2)
+    try startServer()
+    XCTAssertTrue(waitUntil(timeout: 30) { self.outboxLines(mnt) == [] }, "outbox not emptied")
+  }
+
+  /// Issue 26: a chat listing that failed counted as "no rooms", so `tech:hi` went to the
+  /// lobby as text. A line that names its room now fails clearly when the rooms cannot be
+  /// listed, and a line that names none is still queued.
+  func testFailedRoomListingNeverMisroutesAPost() throws {
+    let mnt = try mount("unix!" + serverSocket)
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
+    killServer()
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "down" })
+    let (named, seconds) = try timedPost("tech:misrouted", to: mnt + "/chat/post")
+    XCTAssertNotEqual(named, 0, "a post naming a room was taken without the room list")
+    XCTAssertNotEqual(named, 124, "the post hung")
+    XCTAssertLessThan(seconds, 4)
+    XCTAssertEqual(try timedPost("plain offline", to: mnt + "/chat/post").0, 0)
+    try startServer()
+    let audit = try mount("unix!" + serverSocket, options: ["uname=auditor"], name: "audit")
+    let reader = try startReader("exec tail -f -s 0.2 \(audit)/chat/lobby")
+    XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("plain offline") }, reader.text)
+    XCTAssertTrue(waitUntil(timeout: 10) { self.outboxLines(mnt) == [] })
+    XCTAssertFalse(reader.text.contains("misrouted"), reader.text)
+  }
+
+  /// A board room named `outbox` is hidden by the mount's file (listed once, logged once);
+  /// posts still reach it as `outbox:text`.
+  func testABoardRoomNamedOutboxIsShadowed() throws {
+    let board = try ServerProcess(transport: "unix", rooms: ["lobby", "outbox"])
+    defer { board.stop() }
+    let mnt = try mount(board.address)
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
+    let names = try shell("ls \(mnt)/chat").output.split(separator: "\n")
+    XCTAssertEqual(names.filter { $0 == "outbox" }.count, 1, "\(names)")
+    XCTAssertEqual(outboxLines(mnt), [])
+    // Taken by the board (a room it did not have would fail the write; nothing is queued).
+    XCTAssertEqual(try timedPost("outbox:to the room", to: mnt + "/chat/post").0, 0)
+    XCTAssertEqual(outboxLines(mnt), [])
+    let audit = try mount(board.address, options: ["uname=auditor"], name: "audit")
+    XCTAssertEqual(try shell("ls \(audit)/chat").status, 0)
+    XCTAssertEqual(outboxLines(audit), [], "the board room showed through")
+    XCTAssertTrue(
+      waitUntil(timeout: 10) {
+        (self.mounts.first?.child.text ?? "").contains("the server has a room /chat/outbox")
+      }, self.mounts.first?.child.text ?? "")
+  }
+}
