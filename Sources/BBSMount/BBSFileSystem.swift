@@ -108,6 +108,14 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       sessions: sessions, outbox: outbox, linkIsUp: { [pool] in pool.linkState == .up },
       logger: logger)
     self.posts = posts
+    // A post sent again after the link died under it may land twice: the room shows it once.
+    posts.observeResends { [feeds] directory, payload in
+      let room = PostChannel.room(of: payload)
+      guard !room.isEmpty, let feed = feeds.existing(directory + [room]) else { return }
+      var text = payload.drop { $0 != UInt8(ascii: ":") }.dropFirst()
+      while text.last == UInt8(ascii: "\n") { text = text.dropLast() }
+      feed.expectRepeat(of: Array(text))
+    }
     pool.observe { state in
       if state == .up { posts.drain() }
     }

@@ -138,6 +138,35 @@ final class ReplayFilterTests: XCTestCase {
   }
 }
 
+final class RepeatFilterTests: XCTestCase {
+  private func lines(_ text: String) -> [ArraySlice<UInt8>] {
+    text.split(separator: "\n").map { Array(($0 + "\n").utf8)[...] }
+  }
+
+  /// The first send landed before the link died: the copy the resend makes goes; the same
+  /// words from someone else, and from us again later, stay.
+  func testDropsTheSecondCopyOfAResentPost() {
+    var filter = RepeatFilter()
+    filter.expect(Array("p 76".utf8), recent: lines("[00:00:01] ada: p 75\n[00:00:01] ada: p 76"))
+    XCTAssertEqual(
+      String(
+        decoding: filter.filter(Array("[00:00:02] bob: p 76\n[00:00:03] ada: p 76\n".utf8)),
+        as: UTF8.self),
+      "[00:00:02] bob: p 76\n")
+    XCTAssertTrue(filter.isEmpty)
+    XCTAssertEqual(filter.filter(Array("[00:00:09] ada: p 76\n".utf8)).count, 21)
+  }
+
+  /// The first send never landed: the resend's copy is the only one and shows; a copy after
+  /// it (the first send, late) goes.
+  func testShowsTheOnlyCopyAndDropsALateFirst() {
+    var filter = RepeatFilter()
+    filter.expect(Array("hello".utf8), recent: lines("[00:00:01] ada: other"))
+    XCTAssertEqual(filter.filter(Array("[00:00:05] ada: hello\n".utf8)).count, 22)
+    XCTAssertEqual(filter.filter(Array("[00:00:05] ada: hello\n".utf8)), [])
+  }
+}
+
 final class EchoFilterTests: XCTestCase {
   /// A Gen-1 board sends its ring again when someone new posts: exact copies go, a line with
   /// the same text at another time stays, and a line seen in the replay is not shown twice.

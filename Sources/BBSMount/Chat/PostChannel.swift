@@ -42,7 +42,8 @@ struct QueuedPost: Sendable, Equatable {
 /// a late answer is never flushed away. Only a post whose Twrite was on the wire when the
 /// session died is uncertain: 9P has no way to ask whether it arrived, and a 9BBS post carries
 /// no id the server could deduplicate by, so it is sent again: at least once. The mount's own
-/// room readers drop such a repeat (``ReplayFilter``); other clients may see the line twice.
+/// room readers drop such a repeat (``RepeatFilter``, told by ``observeResends(_:)``); other
+/// clients may see the line twice.
 final class PostChannel: @unchecked Sendable {
   typealias Completion = @Sendable (Result<Void, NinePError>) -> Void
 
@@ -66,6 +67,8 @@ final class PostChannel: @unchecked Sendable {
     let queued: Date
     var attempts = 0
     var lastError: String?
+    /// Its Twrite was on the wire when the link died: it may have landed.
+    var uncertain = false
     /// Set once it is on disk.
     var entry: Outbox.Entry?
     /// Nil once the writer has been answered for this post.
@@ -81,6 +84,7 @@ final class PostChannel: @unchecked Sendable {
   private var sending = false
   private var retryScheduled = false
   private var observers: [@Sendable (PostEvent) -> Void] = []
+  private var resendObservers: [@Sendable (_ directory: [String], _ payload: [UInt8]) -> Void] = []
   private let sessions: SessionProvider
   private let linkIsUp: @Sendable () -> Bool
   let outbox: Outbox?
@@ -110,6 +114,14 @@ final class PostChannel: @unchecked Sendable {
   /// Calls `observer` for every ``PostEvent`` (on the thread that caused it, outside locks).
   func observe(_ observer: @escaping @Sendable (PostEvent) -> Void) {
     lock.withLock { observers.append(observer) }
+  }
+
+  /// Calls `observer` with a post's chat directory and `room:text` payload just before it is
+  /// sent again after the link died under its send (it may be on the server already).
+  func observeResends(
+    _ observer: @escaping @Sendable (_ directory: [String], _ payload: [UInt8]) -> Void
+  ) {
+    lock.withLock { resendObservers.append(observer) }
   }
 
   /// The posts in the outbox, oldest first.
@@ -173,7 +185,9 @@ final class PostChannel: @unchecked Sendable {
     sending = true
     queue[0].attempts += 1
     let (id, payload, directory) = (queue[0].id, queue[0].payload, queue[0].directory)
+    let resend = queue[0].uncertain ? resendObservers : []
     lock.unlock()
+    for observer in resend { observer(directory, payload) }
     post(payload, directory: directory) { [self] result in finished(id, result) }
   }
 
@@ -202,6 +216,7 @@ final class PostChannel: @unchecked Sendable {
       deferred += answerLocked(item.writer, .success(()))
     case .failure(let error) where error.isLinkFailure:
       queue[index].lastError = error.description
+      queue[index].uncertain = true
       if outbox == nil {
         // Nowhere to keep them: this post and every one waiting behind it fail now.
         let writers = queue.compactMap(\.writer)

@@ -58,6 +58,68 @@ struct ReplayFilter: LineFilter {
   }
 }
 
+/// Drops the second copy of a post this mount sent again after the link died under its first
+/// send (9P cannot say whether that one landed, and a 9BBS post carries no id to deduplicate
+/// by): a line `AUTHOR: TEXT` is dropped when a line with the same author and text was among
+/// the room's recent lines or came earlier since the post went again. Only the mount's own
+/// resent texts are watched, each for ``lifetime``; other users' repeats always show.
+struct RepeatFilter: LineFilter {
+  static let lifetime: Duration = .seconds(60)
+  /// How far back a first copy is looked for: the lines just before the link died.
+  static let recent = 64
+  private struct Expected {
+    let suffix: [UInt8]
+    let until: ContinuousClock.Instant
+    var seen: Set<[UInt8]>
+  }
+  private var expected: [Expected] = []
+
+  var isEmpty: Bool { expected.isEmpty }
+
+  /// Watches for copies of `text` (as the room shows it), given the room's `recent` lines.
+  mutating func expect(_ text: [UInt8], recent lines: [ArraySlice<UInt8>]) {
+    let suffix = Array(": ".utf8) + text
+    let seen = Set(lines.map { Self.body(of: $0) }.filter { $0.ends(with: suffix) })
+    expected.append(Expected(suffix: suffix, until: .now + Self.lifetime, seen: seen))
+  }
+
+  mutating func filter(_ data: [UInt8]) -> [UInt8] {
+    let now = ContinuousClock.now
+    expected.removeAll { $0.until <= now }
+    guard !expected.isEmpty else { return data }
+    return keptLines(of: data) { line in
+      let body = Self.body(of: line)
+      guard let index = expected.firstIndex(where: { body.ends(with: $0.suffix) }) else {
+        return true
+      }
+      if expected[index].seen.contains(body) {
+        expected.remove(at: index)
+        return false
+      }
+      expected[index].seen.insert(body)
+      return true
+    }
+  }
+
+  /// The line without a leading `[…] ` stamp and without its newline.
+  static func body(of line: ArraySlice<UInt8>) -> [UInt8] {
+    var line = line
+    if line.last == UInt8(ascii: "\n") { line = line.dropLast() }
+    if line.first == UInt8(ascii: "["), let close = line.firstIndex(of: UInt8(ascii: "]")),
+      line.index(after: close) < line.endIndex, line[line.index(after: close)] == UInt8(ascii: " ")
+    {
+      return Array(line[line.index(close, offsetBy: 2)...])
+    }
+    return Array(line)
+  }
+}
+
+extension Array where Element == UInt8 {
+  fileprivate func ends(with suffix: [UInt8]) -> Bool {
+    count >= suffix.count && self[(count - suffix.count)...].elementsEqual(suffix)
+  }
+}
+
 /// The lines of `data` (each with its newline; the last may have none) that `keep` accepts.
 private func keptLines(of data: [UInt8], _ keep: (ArraySlice<UInt8>) -> Bool) -> [UInt8] {
   var kept: [UInt8] = []

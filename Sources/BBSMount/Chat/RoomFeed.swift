@@ -45,6 +45,8 @@ final class RoomFeed: @unchecked Sendable {
   private var backoff: Duration = .zero
   /// Set for a while after a reconnect, to drop lines the transcript already has.
   private var dedupe: ReplayFilter?
+  /// Second copies of this mount's own posts sent again after a lost link.
+  private var repeats = RepeatFilter()
   /// Makes other users' control characters visible (nil with `-o rawtext`).
   private var controls: VisibleControls?
   /// Set once the server answered a caught-up read with nothing at once (a board that does
@@ -435,6 +437,16 @@ final class RoomFeed: @unchecked Sendable {
     }
   }
 
+  /// Watches for a second copy of `text` (a post of this mount sent again because the link
+  /// died under its first send): the room shows it once.
+  func expectRepeat(of text: [UInt8]) {
+    lock.lock()
+    defer { lock.unlock() }
+    var shown = text
+    if var visible = controls { shown = visible.escape(text) }
+    repeats.expect(shown, recent: transcript.lastLines(RepeatFilter.recent))
+  }
+
   private func noticeParked(token: UInt64, generation: UInt64, after wait: Duration) {
     lock.lock()
     guard generation == self.generation, readToken == token, !caughtUp else {
@@ -476,6 +488,13 @@ final class RoomFeed: @unchecked Sendable {
     }
     data = drop(data, through: &echoes, "bytes the board sent again")
     data = drop(data, through: &dedupe, "replayed bytes")
+    if !repeats.isEmpty {
+      let before = data.count
+      data = repeats.filter(data)
+      if data.count < before {
+        logger.info("room feed \(room): dropped the second copy of a post sent again")
+      }
+    }
     // The backlog is over: what comes next is new, whatever it says.
     if caughtUpNow { dedupe = nil }
     transcript.append(data)
