@@ -96,7 +96,10 @@ final class PostingTests: XCTestCase {
   /// wakes its late Rwrite counts: the post is there once, and the outbox empties.
   func testPostToAFrozenServerReturnsAtOnceAndArrivesOnce() throws {
     let mnt = try mount("unix!" + serverSocket, options: ["keepalive=10"])
-    let audit = try mount("unix!" + serverSocket, options: ["uname=auditor"], name: "audit")
+    // The auditor's link must outlive the freeze too: a reader whose session the keepalive
+    // ends while the board is frozen can lose the line the board then hands the dead session.
+    let audit = try mount(
+      "unix!" + serverSocket, options: ["uname=auditor", "keepalive=10"], name: "audit")
     let reader = try startReader("exec tail -f -s 0.2 \(audit)/chat/lobby")
     XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
     XCTAssertEqual(try timedPost("awake", to: mnt + "/chat/post").0, 0)

@@ -224,8 +224,8 @@ final class Tree: Sendable {
     )
   }
 
-  /// The rooms of a chat directory: its listing less `post`, `users` and the mount's own
-  /// files. Waits at most `patience` for the listing (a frozen server must not hold a post);
+  /// The rooms of a chat directory: its listing less `post` and `users` (a board room named
+  /// like a mount-local file stays a room to post to). Waits at most `patience` for the listing (a frozen server must not hold a post);
   /// then the last listing seen, however old, answers, and without one the error does: a post
   /// is never routed by a listing that failed.
   func knownRooms(
