@@ -88,7 +88,8 @@ final class LANDiscoveryTests: XCTestCase {
     XCTAssertTrue(
       namespace.file("scan.txt").contains("  mount        mount9bbs 'mdns:Test BBS' MOUNTPOINT"),
       namespace.file("scan.txt"))
-    XCTAssertEqual(namespace.file("ls2.txt"), "lobby\npost\ntech\nusers\n")
+    XCTAssertEqual(
+      namespace.file("ls2.txt"), "events\nlobby\nmentions\npost\ntech\nunread\nusers\n")
     XCTAssertFalse(
       namespace.file("mount2.log").contains("looking for"), namespace.file("mount2.log"))
     XCTAssertTrue(namespace.file("boards.json").contains("\"lastSeen\""))

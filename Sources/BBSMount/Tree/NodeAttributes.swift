@@ -31,7 +31,7 @@ struct NodeAttributes: Sendable {
   /// Whether the mount, not the server, knows the node's attributes.
   func isLocal(_ kind: NodeKind) -> Bool {
     switch kind {
-    case .room, .post, .users: true
+    case .room, .post, .users, .awareness: true
     case .directory, .file: false
     }
   }
@@ -82,6 +82,10 @@ struct NodeAttributes: Sendable {
       attributes.st_mode = S_IFREG | 0o222
       attributes.st_nlink = 1
     case .users:
+      attributes.st_mode = S_IFREG | 0o444
+      attributes.st_nlink = 1
+    case .awareness:
+      // A stream's size is its reader's (RoomFollowing); `unread` is rendered at open.
       attributes.st_mode = S_IFREG | 0o444
       attributes.st_nlink = 1
     }

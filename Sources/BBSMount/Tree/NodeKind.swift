@@ -12,6 +12,8 @@ public enum NodeKind: Sendable, Equatable {
   case post
   /// `/chat/users`: offset-less, read once per open.
   case users
+  /// `/chat/unread`, `/chat/mentions`, `/chat/events`: the mount's own (Awareness/).
+  case awareness(AwarenessFile)
 }
 
 /// Classifies paths by the 9BBS layout: `/chat/…` at the root or under `/srv/bbs/` (a device's
@@ -43,6 +45,8 @@ public struct PathClassifier: Sendable {
     switch name {
     case "post": return .post
     case "users": return .users
+    case _ where AwarenessFile(rawValue: name) != nil:
+      return AwarenessFile(rawValue: name).map { .awareness($0) }
     default: return .room(name: name)
     }
   }

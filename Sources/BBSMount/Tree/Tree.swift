@@ -74,6 +74,9 @@ final class Tree: Sendable {
     switch listed {
     case .success(let listing):
       guard let stat = listing.stats.first(where: { $0.name == name }) else {
+        if let kind = mountLocalKind(path) {
+          return completion(.success(inodes.record(path: path, kind: kind, stat: nil)))
+        }
         return completion(.failure(.notFound(path: "/" + path.joined(separator: "/"))))
       }
       completion(.success(record(path, stat, asOf: listing.requested)))
@@ -81,6 +84,8 @@ final class Tree: Sendable {
       // Link down: a node the mount has seen before is still the best answer.
       if let known = inodes.inode(for: path), let node = inodes.node(known) {
         completion(.success(node))
+      } else if let kind = mountLocalKind(path) {
+        completion(.success(inodes.record(path: path, kind: kind, stat: nil)))
       } else if attributes.classifier.kind(of: path) == .post {
         // `echo > chat/post` before the mount ever listed chat/: a post file is known by
         // its path, and the outbox keeps what is written to it until the link is back.
@@ -147,6 +152,13 @@ final class Tree: Sendable {
             let child = record(node.path + [stat.name], stat, asOf: listing.requested)
             entries.append(DirectoryEntry(name: stat.name, entry: attributes.entry(for: child)))
           }
+          for name in mountLocalNames(in: node.path)
+          where !listing.stats.contains(where: { $0.name == name }) {
+            let path = node.path + [name]
+            guard let kind = mountLocalKind(path) else { continue }
+            let child = inodes.record(path: path, kind: kind, stat: nil)
+            entries.append(DirectoryEntry(name: name, entry: attributes.entry(for: child)))
+          }
           return entries
         })
     }
@@ -156,7 +168,20 @@ final class Tree: Sendable {
   func knownRooms(_ chatDirectory: [String], _ body: @escaping @Sendable (Set<String>) -> Void) {
     listings.listing(chatDirectory) { listed in
       let names = (try? listed.get())?.stats.map(\.name) ?? []
-      body(Set(names).subtracting(["post", "users"]))
+      body(Set(names).subtracting(["post", "users"]).subtracting(AwarenessFile.allNames))
     }
+  }
+
+  /// The files the mount itself adds to `directory` (a chat directory's awareness files).
+  func mountLocalNames(in directory: [String]) -> [String] {
+    attributes.classifier.isChatDirectory(directory) ? AwarenessFile.allCases.map(\.rawValue) : []
+  }
+
+  /// What `path` is if the mount itself serves it, else nil.
+  func mountLocalKind(_ path: [String]) -> NodeKind? {
+    guard let name = path.last, mountLocalNames(in: Array(path.dropLast())).contains(name),
+      case .awareness(let file)? = attributes.classifier.kind(of: path)
+    else { return nil }
+    return .awareness(file)
   }
 }
