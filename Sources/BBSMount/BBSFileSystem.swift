@@ -114,7 +114,9 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     awareness = Awareness(
       options: options.awareness, pool: pool, feeds: feeds, listings: listings,
       names: [pool.configuration.uname] + (identity.map { [$0, String($0.prefix(8))] } ?? []),
-      stateDirectory: historyDirectory, logger: logger)
+      stateDirectory: historyDirectory, logger: logger,
+      readOnce: { [remote] path, done in remote.readOnce(path, done) },
+      stat: { [remote] path, done in remote.stat(path, done) })
     pool.observe { state in
       if state == .up { posts.drain() }
     }

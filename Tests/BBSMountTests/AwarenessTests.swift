@@ -341,11 +341,13 @@ final class AwarenessTests: XCTestCase {
     XCTAssertTrue(scene.alice.child.isRunning)
   }
 
-  func testMentionsBecomeDesktopNotificationsOnTheSessionBusCoalescedInBursts() throws {
+  /// A private session bus with python-dbusmock's notification daemon on it: the bus address
+  /// and the mock's log (one line per call), or nil (the test failed) without dbusmock.
+  private func notificationDaemon() throws -> (address: String, log: String)? {
     let python = BundledPython.dbusmock
     guard FileManager.default.isExecutableFile(atPath: python) else {
-      return XCTFail(
-        "no dbusmock python at \(python): run scripts/test once (it makes .venv-dbusmock)")
+      XCTFail("no dbusmock python at \(python): run scripts/test once (it makes .venv-dbusmock)")
+      return nil
     }
     let work = try makeTemporaryDirectory("notify-bus")
     let address = "unix:path=\(work)/bus"
@@ -367,6 +369,11 @@ final class AwarenessTests: XCTestCase {
           timeout: 5)
         return owned?.output.contains("true") ?? false
       }, mock.text)
+    return (address, log)
+  }
+
+  func testMentionsBecomeDesktopNotificationsOnTheSessionBusCoalescedInBursts() throws {
+    guard let (address, log) = try notificationDaemon() else { return }
     let scene = try scene(environment: ["DBUS_SESSION_BUS_ADDRESS": address])
     try waitForUnread(scene, "lobby 0\ntech 0\n")
     func notifications() -> [String] {
@@ -389,6 +396,36 @@ final class AwarenessTests: XCTestCase {
       notifications().joined(separator: "\n"))
     _ = waitUntil(timeout: 2) { false }
     XCTAssertLessThanOrEqual(notifications().count, 1 + 2 * DesktopNotifier.burstLimit + 4)
+  }
+}
+
+extension AwarenessTests {
+  /// Measures (and bounds, loosely: the machine is shared) how long after the room line its
+  /// event line and its notification come; `Tests/fixtures/awareness_latency.py` prints the
+  /// numbers.
+  func testEventLinesAndNotificationsFollowTheRoomLineWithinMilliseconds() throws {
+    guard let (address, log) = try notificationDaemon() else { return }
+    let rig = try MountRig.start(.multiplexTCP, for: self, mountOptions: ["uname=bob"])
+    let alice = try MountProcess(
+      address: rig.server.address, mountpoint: try makeTemporaryDirectory("alice"),
+      options: ["uname=alice"],
+      environment: [
+        "DBUS_SESSION_BUS_ADDRESS": address,
+        "XDG_STATE_HOME": try makeTemporaryDirectory("awareness-state"),
+      ])
+    addTeardownBlock { alice.stop() }
+    let script = PackagePaths.path("Tests/fixtures/awareness_latency.py")
+    let run = try shell(
+      "python3 '\(script)' '\(alice.mountpoint)' '\(rig.mountpoint)' '\(log)' 30", timeout: 90)
+    XCTAssertEqual(run.status, 0, run.output)
+    print("awareness latency (ms): \(run.output)")
+    let result = try XCTUnwrap(
+      JSONSerialization.jsonObject(with: Data(run.output.utf8)) as? [String: Any], run.output)
+    func p50(_ key: String) -> Double? {
+      ((result[key] as? [String: Any])?["p50"] as? NSNumber)?.doubleValue
+    }
+    XCTAssertLessThan(try XCTUnwrap(p50("event_after_room"), run.output), 50)
+    XCTAssertLessThan(try XCTUnwrap(p50("notify_after_room"), run.output), 100)
   }
 }
 

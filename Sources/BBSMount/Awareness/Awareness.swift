@@ -10,6 +10,7 @@
 import Foundation
 import Logging
 import NinePClient
+import NinePProtocol
 
 /// The mount's watching, unread counts, mentions, notifications and events.
 final class Awareness: RoomFeedObserver, @unchecked Sendable {
@@ -19,6 +20,8 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
   let mentionStreams: StreamFanOut
   let eventStreams: StreamFanOut
   let watcher: RoomWatcher
+  /// Nil on a device board (see ``UserPresence``).
+  private let presence: UserPresence?
   private let feeds: RoomFeeds
   private let matcher: MentionMatcher
   /// Authors that are the user (lower-cased): their lines are neither unread nor mentions.
@@ -35,9 +38,16 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
   /// - Parameters:
   ///   - names: the user's names (user name, nickname, identity and its short form).
   ///   - stateDirectory: where unread counts are kept between mounts (nil: not kept).
+  /// - Parameter readOnce: reads a server file once (the users list).
   init(
     options: AwarenessOptions, pool: Pool, feeds: RoomFeeds, listings: ListingCache,
-    names: [String], stateDirectory: String?, logger: Logger
+    names: [String], stateDirectory: String?, logger: Logger,
+    readOnce:
+      @escaping @Sendable (
+        [String], @escaping @Sendable (Result<[UInt8], NinePError>) -> Void
+      ) -> Void,
+    stat:
+      @escaping @Sendable ([String], @escaping @Sendable (Result<Stat, NinePError>) -> Void) -> Void
   ) {
     self.options = options
     self.feeds = feeds
@@ -51,15 +61,41 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
     ownNames = Set(names.map { $0.lowercased() }.filter { !$0.isEmpty })
     desktop = options.notify == .off ? nil : DesktopNotifier(logger: logger)
     command = options.notifyCommand.flatMap { NotifyCommand(command: $0, logger: logger) }
-    let watch = options.watch ?? (pool.configuration.profile == .device ? .none : .all)
+    let device = pool.configuration.profile == .device
     watcher = RoomWatcher(
-      feeds: feeds, listings: listings, watch: watch,
+      feeds: feeds, listings: listings,
+      watch: options.watch ?? (device ? AwarenessOptions.Watch.none : nil),
+      decideWatch: { directory, decided in
+        // A 9BBS board behind a gateway (its walks call the chat files directories, as a
+        // device's do) shares its sessions and parking slots with its other users, and an
+        // older one (Gen-1) one read position per room: not watched unless asked.
+        stat(directory + ["users"]) { result in
+          if case .success(let entry) = result, entry.qid.isDirectory {
+            logger.info(
+              "watch: the server is a 9BBS board; rooms are not watched (-o watch=all to watch them)"
+            )
+            decided(.none)
+          } else {
+            decided(.all)
+          }
+        }
+      },
       interval: pool.configuration.profile == .device ? .seconds(60) : .seconds(10),
       logger: logger
     ) { added, removed in
       for room in added { events.record(.roomAdded(room)) }
       for room in removed { events.record(.roomRemoved(room)) }
     }
+    let watcher = watcher
+    presence =
+      pool.configuration.profile == .device
+      ? nil
+      : UserPresence(events: events, interval: .seconds(10)) { done in
+        guard let directory = watcher.chatDirectoryFound else {
+          return done(.failure(.notFound(path: "chat")))
+        }
+        readOnce(directory + ["users"], done)
+      }
     feeds.observe(with: self)
     let reconnects = pool.policy.enabled
     pool.observe { state in
@@ -73,9 +109,13 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
     }
   }
 
-  func start() { watcher.start() }
+  func start() {
+    watcher.start()
+    presence?.start()
+  }
 
   func shutdown() {
+    presence?.stop()
     watcher.stop()
     ledger.flush()
   }

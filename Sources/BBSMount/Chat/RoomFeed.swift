@@ -213,6 +213,12 @@ final class RoomFeed: @unchecked Sendable {
     return id
   }
 
+  /// Whether the server answers a caught-up read at once instead of parking it (a Gen-1
+  /// board): following the room then means polling it (see ``maximumIdlePoll``).
+  var answersAtOnce: Bool {
+    lock.withLock { echoes != nil }
+  }
+
   /// Whether this run of the feed has read what the server kept for the user.
   var isCaughtUp: Bool {
     lock.withLock { caughtUp }
