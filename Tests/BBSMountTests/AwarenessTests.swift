@@ -255,6 +255,40 @@ final class AwarenessTests: XCTestCase {
     XCTAssertLessThan(try measureIdleCost(.deviceSeqpacket), 0.5)
   }
 
+  func testEventsTellTheLinkGoingDownAndComingBack() throws {
+    let scene = try scene()
+    let readers = try startReaders(scene, "chat/events", until: "message\ttech\tbob")
+    let address = scene.rig.server.address
+    scene.rig.server.stop()
+    for reader in readers {
+      XCTAssertTrue(
+        waitUntil(timeout: 15) {
+          reader.text.contains("\tlink\tdown\t") && reader.text.contains("\tlink\treconnecting\t")
+        }, reader.text)
+    }
+    let again = try ServerProcess(transport: "tcp", rooms: ["lobby", "tech"], listen: address)
+    addTeardownBlock { again.stop() }
+    for reader in readers {
+      XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("\tlink\tup\t-\n") }, reader.text)
+    }
+  }
+
+  func testEventsTellAUserArriving() throws {
+    let scene = try scene()
+    let readers = try startReaders(scene, "chat/events", until: "message\ttech\tbob")
+    // The mount reads the users list to compare with within a second of the first open of
+    // chat/events; nothing shows when it has.
+    _ = waitUntil(timeout: 1.5) { false }
+    // carol reads a room: the board lists her among its users.
+    let carol = try mountAlice(
+      scene.rig, options: ["uname=carol", "watch=none"], state: scene.state, directory: "carol")
+    _ = try sh("timeout 10 tail -n 1 '\(carol.mountpoint)/chat/tech'")
+    for reader in readers {
+      XCTAssertTrue(
+        waitUntil(timeout: 25) { reader.text.contains("\tuser-arrived\tcarol\n") }, reader.text)
+    }
+  }
+
   // MARK: Notifications
 
   /// A notify-command script that writes ROOM, AUTHOR and TEXT to files in `directory`.

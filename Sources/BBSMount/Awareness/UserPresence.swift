@@ -25,12 +25,17 @@ final class UserPresence: @unchecked Sendable {
     self.read = read
   }
 
-  func start() { schedule() }
+  /// How often, without readers, it looks whether someone opened `chat/events` (no request):
+  /// the first reader's list of users to compare with is read within this.
+  static let readerCheck: Duration = .seconds(1)
+
+  func start() { schedule(after: Self.readerCheck) }
 
   func stop() { lock.withLock { stopped = true } }
 
-  private func schedule() {
-    DispatchQueue.global().asyncAfter(deadline: .now() + interval.timeInterval) { [weak self] in
+  private func schedule(after delay: Duration? = nil) {
+    let delay = delay ?? interval
+    DispatchQueue.global().asyncAfter(deadline: .now() + delay.timeInterval) { [weak self] in
       self?.poll()
     }
   }
@@ -40,7 +45,7 @@ final class UserPresence: @unchecked Sendable {
     guard events.streams.hasReaders else {
       // Nobody to tell: start afresh when someone reads events again.
       lock.withLock { known = nil }
-      return schedule()
+      return schedule(after: Self.readerCheck)
     }
     read { [self] result in
       if case .success(let bytes) = result { update(Self.names(bytes)) }
