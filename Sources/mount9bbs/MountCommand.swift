@@ -121,7 +121,7 @@ struct MountCommand: ParsableCommand {
         outbox=on|off         keep posts made offline and send them later (on)
         history=on|off        keep rooms' lines on disk for the next mount (on)
         watch=all|none|ROOM[:ROOM...]   rooms read in the background for chat/unread, \
-      chat/mentions and chat/events (all on a multiplex server, none on a device board)
+      chat/mentions and chat/events (all on a multiplex server, none on a 9BBS board)
         highlight=WORD[:WORD...]   more words that make a line a mention (whole words, any \
       case; your user name and identity always do)
         notify=mentions|all|off   desktop notifications on the session bus (mentions)

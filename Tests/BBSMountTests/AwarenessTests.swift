@@ -470,3 +470,47 @@ enum BundledPython {
       environment: "MOUNT9BBS_DBUSMOCK_PYTHON", fallback: ".venv-dbusmock/bin/python")
   }
 }
+
+/// The formats of the awareness files, with what a hostile server or user can put in them.
+final class AwarenessFormatTests: XCTestCase {
+  func testEventFieldsEscapeTabsNewlinesBackslashesAndControls() {
+    let time = Date(timeIntervalSince1970: 1_795_630_801.123_9)
+    let line = EventLog.line(
+      .message(room: "lob\tby\n", author: "a\\b\u{1B}[31m\u{7F}\u{85}"), at: time)
+    XCTAssertEqual(
+      line, "2026-11-25T18:20:01.123Z\tmessage\tlob\\tby\\n\ta\\\\b\\x1b[31m\\x7f\\x85\n")
+    XCTAssertEqual(line.split(separator: "\t").count, 4)
+    XCTAssertEqual(
+      EventLog.line(.post(state: "sent", room: "lobby", reason: ""), at: time),
+      "2026-11-25T18:20:01.123Z\tpost\tsent\tlobby\t-\n")
+    XCTAssertEqual(
+      EventLog.line(.link(state: "down", reason: "connection reset"), at: time),
+      "2026-11-25T18:20:01.123Z\tlink\tdown\tconnection reset\n")
+  }
+
+  func testMentionsAreWholeWordsInAnyCase() {
+    let matcher = MentionMatcher(names: ["alice", "Deploy", "c0ffee42", ""])
+    for text in ["ALICE?", "hi alice", "(alice)", "alice's", "re: deploy now", "id C0FFEE42."] {
+      XCTAssertTrue(matcher.matches(Substring(text)), text)
+    }
+    for text in ["malice", "alicex", "redeployed", "alice_b", "c0ffee420", "", "ali ce"] {
+      XCTAssertFalse(matcher.matches(Substring(text)), text)
+    }
+    XCTAssertFalse(MentionMatcher(names: []).matches("alice"))
+  }
+
+  func testRoomLinesSplitIntoAuthorAndText() {
+    let line = RoomLine("[12:00:01] bob: alice: see: this")
+    XCTAssertEqual(line.author, "bob")
+    XCTAssertEqual(line.text, "alice: see: this")
+    XCTAssertEqual(RoomLine("no stamp or author").text, "no stamp or author")
+  }
+
+  func testUnreadRoomNamesStayOneField() throws {
+    let ledger = UnreadLedger(directory: nil, logger: .init(label: "test"))
+    ledger.add(2, to: "a room\nwith\tcontrols")
+    XCTAssertEqual(
+      String(decoding: ledger.render(rooms: ["lobby"]), as: UTF8.self),
+      "a\\x20room\\nwith\\tcontrols 2\nlobby 0\n")
+  }
+}
