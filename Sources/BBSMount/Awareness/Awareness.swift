@@ -91,10 +91,8 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
       pool.configuration.profile == .device
       ? nil
       : UserPresence(events: events, interval: .seconds(10)) { done in
-        guard let directory = watcher.chatDirectoryFound else {
-          return done(.failure(.notFound(path: "chat")))
-        }
-        readOnce(directory + ["users"], done)
+        // Not watching, the watcher has not looked for the chat directory: the usual one.
+        readOnce((watcher.chatDirectoryFound ?? ["chat"]) + ["users"], done)
       }
     feeds.observe(with: self)
     let reconnects = pool.policy.enabled

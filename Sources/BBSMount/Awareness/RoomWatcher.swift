@@ -60,7 +60,11 @@ final class RoomWatcher: @unchecked Sendable {
   /// The rooms being watched.
   var watchedRooms: Set<String> { lock.withLock { Set(held.keys) } }
 
+  /// Starts watching. With `watch=none` (a device board's default) it sends nothing at all:
+  /// no listing holds up a board's one-request-at-a-time session, and rooms coming and going
+  /// are not reported.
   func start() {
+    if lock.withLock({ watch == AwarenessOptions.Watch.none }) { return }
     find(among: [["chat"], ["srv", "bbs", "chat"]])
   }
 
