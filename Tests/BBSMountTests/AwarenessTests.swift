@@ -463,6 +463,59 @@ extension AwarenessTests {
   }
 }
 
+extension AwarenessTests {
+  /// A flood of 10,000 mentions (a Unix socket client: 9bbsd does not limit its posting): the
+  /// mount stays responsive, every mention streams, notify-command runs are bounded and
+  /// reaped, and the daemon's memory stays bounded.
+  func testAFloodOfTenThousandMentionsIsBoundedAndBlocksNothing() throws {
+    let work = try makeTemporaryDirectory("notify-flood")
+    let script = try recorder(in: work)
+    let scene = try scene(.multiplexUnix, alice: ["notify-command=\(script)", "notify=off"])
+    let readers = try startReaders(scene, "chat/mentions", until: "alice ready")
+    let count = 10_000
+    let lobby = scene.bobPath("chat/lobby")
+    let started = Date()
+    for chunk in stride(from: 0, to: count, by: 500) {
+      try post(
+        (chunk..<min(count, chunk + 500)).map { "alice flood \($0)" }.joined(separator: "\n"),
+        to: lobby)
+    }
+    // The mount answers at once meanwhile.
+    let listing = Date()
+    try sh("ls '\(scene.alicePath("chat"))' >/dev/null", timeout: 10)
+    XCTAssertLessThan(Date().timeIntervalSince(listing), 2)
+    for reader in readers {
+      XCTAssertTrue(
+        waitUntil(timeout: 120, interval: 0.2) {
+          reader.text.contains("alice flood \(count - 1)\n")
+        },
+        String(reader.text.suffix(500)))
+      XCTAssertEqual(
+        linesAfter("alice ready", in: reader.text).filter { $0.hasPrefix("lobby ") }.count, count)
+    }
+    print("flood of \(count) mentions streamed in \(Date().timeIntervalSince(started)) s")
+    let pid = scene.alice.child.process.processIdentifier
+    let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+    let rss = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }
+    let kilobytes =
+      Int(rss?.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+      ?? .max
+    print("mount9bbs after the flood: \(rss ?? "?"), \(recorded(work).count) notify-command runs")
+    XCTAssertLessThan(kilobytes, 400 << 10)
+    // Runs end and are reaped; a flood beyond the queue is dropped, and said so.
+    XCTAssertTrue(
+      waitUntil(timeout: 30) {
+        (try? sh("ps -o stat= --ppid \(pid) || true"))?.trimmingCharacters(
+          in: .whitespacesAndNewlines
+        )
+        .isEmpty ?? false
+      })
+    XCTAssertLessThan(recorded(work).count, count)
+    XCTAssertTrue(scene.alice.child.text.contains("dropped (too many at once)"))
+    XCTAssertTrue(scene.alice.child.isRunning)
+  }
+}
+
 /// Interpreters the tests run from the package's virtual environments.
 enum BundledPython {
   static var dbusmock: String {
