@@ -81,7 +81,7 @@ let package = Package(
     .target(
       name: "BBSMount",
       dependencies: [
-        "FuseKit", "NinePProtocol", "NinePTransport", "NinePClient",
+        "FuseKit", "NinePProtocol", "NinePTransport", "NinePClient", "CSdBus",
         .product(name: "Logging", package: "swift-log"),
       ]),
 

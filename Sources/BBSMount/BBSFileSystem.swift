@@ -55,6 +55,8 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   let nodes: NodeAttributes
   let posts: PostChannel
   let board: BoardMessages
+  /// Watching, unread counts, mentions, notifications and events (Awareness/).
+  let awareness: Awareness
   private let notifier = NotifierBox()
 
   /// - Parameters:
@@ -116,6 +118,13 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       while text.last == UInt8(ascii: "\n") { text = text.dropLast() }
       feed.expectRepeat(of: Array(text))
     }
+    let identity = pool.configuration.authentication?.identity
+    awareness = Awareness(
+      options: options.awareness, pool: pool, feeds: feeds, listings: listings,
+      names: [pool.configuration.uname] + (identity.map { [$0, String($0.prefix(8))] } ?? []),
+      stateDirectory: historyDirectory, logger: logger,
+      readOnce: { [remote] path, done in remote.readOnce(path, done) },
+      stat: { [remote] path, done in remote.stat(path, done) })
     pool.observe { state in
       if state == .up { posts.drain() }
     }
@@ -157,6 +166,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     // Large reads answer from the pipes their data was spliced into (Splice.swift).
     if SplicedBytes.isAvailable { connection.want.insert(.spliceWrite) }
     connection.maxBackground = 64
+    awareness.start()
   }
 
   public func destroy() {
@@ -165,6 +175,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
 
   /// Wakes every parked reader and stops the feeds (unmount).
   public func shutdown() {
+    awareness.shutdown()
     feeds.shutdown()
   }
 
@@ -192,6 +203,9 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     }
     if case .room = node.kind { return getattrRoom(request, node, file: file) }
     if case .roomLog = node.kind { return getattrRoomLog(request, node, file: file) }
+    if case .awareness(let local) = node.kind, local.isStream {
+      return getattrRoom(request, node, file: file)
+    }
     // An unlinked node (fstat of a file removed while open) has only what the mount knows.
     if node.inode == .root || node.unlinked
       || node.fetched.duration(to: .now) < options.attributeTimeout || nodes.isLocal(node.kind)
@@ -476,7 +490,10 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       }
       RoomHandle.open(
         request, feed: feeds.feed(for: node.path, room: room), inode: node.inode, poster: poster,
-        info: info, handles: handles, passes: followPasses)
+        info: info, handles: handles, passes: followPasses
+      ) { [awareness] in awareness.roomRead(room) }
+    case .awareness(let local):
+      openAwareness(request, node, local, info: info, writes: writes)
     case .users:
       // The users list ignores the offset: read it once, so `cat` ends.
       answersInterrupts(request)
@@ -628,6 +645,28 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   /// Whether `name` in `directory` is `chat/log` or in it: the mount's own, read only.
   private func isRoomLogs(_ directory: InodeTable.Node, _ name: String) -> Bool {
     directory.kind == .roomLogs || classifier.kind(of: directory.path + [name]) == .roomLogs
+  }
+
+  /// Opens `chat/unread` (rendered now) or a stream of Awareness/ (from now on).
+  private func openAwareness(
+    _ request: FuseRequest, _ node: InodeTable.Node, _ local: AwarenessFile, info: FuseFileInfo,
+    writes: Bool
+  ) {
+    guard !writes else { return reply(request, EACCES) }
+    var info = info
+    let streams: StreamFanOut
+    switch local {
+    case .unread:
+      info.handle = handles.store(SnapshotHandle(awareness.renderUnread()))
+      request.replyOpen(info)
+      return
+    case .mentions: streams = awareness.mentionStreams
+    case .events: streams = awareness.eventStreams
+    }
+    guard let feed = streams.subscribe() else { return reply(request, EMFILE) }
+    RoomHandle.open(
+      request, feed: feed, inode: node.inode, poster: nil, info: info, handles: handles,
+      passes: followPasses)
   }
 
   /// A post writer for a room (or for `/chat/post` with `room` nil).

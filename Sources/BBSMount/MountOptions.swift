@@ -21,6 +21,8 @@ public struct MountOptions: Sendable {
   /// The absolute mount point: tells a `tail -f` that follows only rooms from one that also
   /// follows files elsewhere (see ``RoomFollowing``). Nil: room `fstat`s never wait.
   public var mountpoint: String?
+  /// Watching, mentions and notifications (`watch=`, `highlight=`, `notify=`, `notify-command=`).
+  public var awareness = AwarenessOptions()
 
   public init(uid: UInt32, gid: UInt32) {
     self.uid = uid

@@ -40,6 +40,8 @@ public struct StatusReport: Codable, Sendable {
     public var lines: Int
     /// Seconds since the last line arrived.
     public var lastMessageAge: Double
+    /// Lines since the room was last read to its end through the mount (`chat/unread`).
+    public var unread: Int?
   }
 
   public var mountpoint: String
@@ -85,7 +87,8 @@ extension BBSFileSystem {
     let rooms = feeds.status.map {
       StatusReport.Room(
         path: $0.path, readers: $0.readers, lines: $0.lines,
-        lastMessageAge: now.timeIntervalSince($0.lastMessage))
+        lastMessageAge: now.timeIntervalSince($0.lastMessage),
+        unread: awareness.ledger.count(String($0.path.split(separator: "/").last ?? "")))
     }
     return StatusReport(
       mountpoint: mountpoint, address: pool.addresses.map(\.description).joined(separator: ","),

@@ -120,6 +120,13 @@ struct MountCommand: ParsableCommand {
         ServerAliveCountMax=N unanswered probes before the link is dead (2)
         outbox=on|off         keep posts made offline and send them later (on)
         history=on|off        keep rooms' lines on disk for the next mount (on)
+        watch=all|none|ROOM[:ROOM...]   rooms read in the background for chat/unread, \
+      chat/mentions and chat/events (all on a multiplex server, none on a 9BBS board)
+        highlight=WORD[:WORD...]   more words that make a line a mention (whole words, any \
+      case; your user name and identity always do)
+        notify=mentions|all|off   desktop notifications on the session bus (mentions)
+        notify-command=CMD    run CMD (a program and its arguments, no shell) per mention \
+      with ROOM, AUTHOR and TEXT in its environment
         readahead=KIB         page-cache readahead of the mount (8192; 0: the kernel's)
         uid=N, gid=N          owner and group shown for every file (default: yours)
         umask=MODE            permission bits to clear, octal (e.g. 077)

@@ -111,6 +111,7 @@ struct MountDaemon {
     mountOptions.readOnly = options.readOnly
     mountOptions.rawText = options.rawText
     mountOptions.streamGlobs = options.streamGlobs
+    mountOptions.awareness = options.awareness
     // As /proc shows it in a process's open files: symbolic links resolved.
     mountOptions.mountpoint = realpath(mountpoint, nil).map { resolved in
       defer { free(resolved) }

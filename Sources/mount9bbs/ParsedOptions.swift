@@ -55,6 +55,8 @@ struct ParsedOptions {
   /// MountIdentity.swift); the daemon gets them through an inherited pipe (`--key-fd`).
   var unlockedKey: UnlockedKey?
   var passthrough: [String] = []
+  /// `watch=`, `highlight=`, `notify=`, `notify-command=` (see Awareness/).
+  var awareness = AwarenessOptions()
 
   /// When to authenticate (see MountIdentity.swift).
   enum AuthMode: String {
@@ -195,6 +197,27 @@ struct ParsedOptions {
         throw Invalid(
           description:
             "option subtype= is mount9bbs's own (fuse.mount9bbs); status and -u rely on it")
+      case "watch":
+        let text = try required()
+        switch text {
+        case "all": awareness.watch = .all
+        case "none": awareness.watch = AwarenessOptions.Watch.none
+        default:
+          let rooms = text.split(separator: ":").map(String.init)
+          guard !rooms.contains(where: { $0.contains("/") }) else {
+            throw Invalid(description: "option watch=\(text): expected all, none or ROOM[:ROOM…]")
+          }
+          awareness.watch = .rooms(Set(rooms))
+        }
+      case "highlight":
+        awareness.highlights += try required().split(separator: ":").map(String.init)
+      case "notify":
+        let text = try required()
+        guard let mode = AwarenessOptions.Notify(rawValue: text) else {
+          throw Invalid(description: "option notify=\(text): expected mentions, all or off")
+        }
+        awareness.notify = mode
+      case "notify-command": awareness.notifyCommand = try required()
       case "debug": debug = true
       case "max_read": maxRead = UInt32(try number(4096...(16 << 20)))
       case "log": logFile = try required()

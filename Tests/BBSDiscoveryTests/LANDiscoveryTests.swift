@@ -88,7 +88,9 @@ final class LANDiscoveryTests: XCTestCase {
     XCTAssertTrue(
       namespace.file("scan.txt").contains("  mount        mount9bbs 'mdns:Test BBS' MOUNTPOINT"),
       namespace.file("scan.txt"))
-    XCTAssertEqual(namespace.file("ls2.txt"), "lobby\nlog\noutbox\npost\ntech\nusers\n")
+    XCTAssertEqual(
+      namespace.file("ls2.txt"),
+      "events\nlobby\nlog\nmentions\noutbox\npost\ntech\nunread\nusers\n")
     XCTAssertFalse(
       namespace.file("mount2.log").contains("looking for"), namespace.file("mount2.log"))
     XCTAssertTrue(namespace.file("boards.json").contains("\"lastSeen\""))

@@ -101,7 +101,7 @@ final class CommandLineTests: XCTestCase {
     // The daemon serves after its parent command is gone.
     XCTAssertEqual(
       Set(try sh("ls \(mountpoint)/chat").split(separator: "\n")),
-      ["lobby", "tech", "post", "users", "log", "outbox"])
+      ["lobby", "tech", "post", "users", "log", "outbox", "unread", "mentions", "events"])
     try sh("echo 'detached and well' > \(mountpoint)/chat/post")
     let tail = try background(self, "/usr/bin/tail", ["-f", mountpoint + "/chat/lobby"])
     XCTAssertTrue(

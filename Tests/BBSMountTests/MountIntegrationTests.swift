@@ -365,7 +365,8 @@ final class MountIntegrationTests: XCTestCase {
       let listing = try sh("ls \(rig.path("chat"))", timeout: 10)
       let listed = started.duration(to: .now)
       XCTAssertEqual(
-        Set(listing.split(separator: "\n").map(String.init)), Set(rooms + ["post", "users", "log", "outbox"]))
+        Set(listing.split(separator: "\n").map(String.init)),
+        Set(rooms + ["post", "users", "log", "outbox", "unread", "mentions", "events"]))
       started = .now
       try sh("stat \(rig.path("etc/motd"))", timeout: 10)
       let statted = started.duration(to: .now)

@@ -62,6 +62,14 @@ final class RoomFeed: @unchecked Sendable {
   private var caughtUp = false
   /// Called (outside the lock) whenever the transcript grows: poll wake-ups.
   var onGrowth: (@Sendable () -> Void)?
+  /// Called (outside the lock, in order) with what the server's reads added: the watcher's
+  /// unread counts, mentions and events (see Awareness/).
+  var onLines: (@Sendable ([UInt8]) -> Void)?
+  /// Called when an open showed the room without the end of the server's backlog.
+  var onBacklogIncomplete: (@Sendable () -> Void)?
+  /// A mount-local stream (`chat/events`, `chat/mentions`): never read from the server,
+  /// always caught up, grown by ``appendLocal(_:)``.
+  private let isLocal: Bool
 
   private struct Waiter {
     /// Wake when the transcript is longer than this; nil: once the feed is caught up.
@@ -111,6 +119,7 @@ final class RoomFeed: @unchecked Sendable {
     self.pool = pool
     self.history = history
     self.logger = logger
+    isLocal = false
     controls = rawText ? nil : VisibleControls()
     if let history {
       let (loaded, modified) = history.load()
@@ -125,6 +134,30 @@ final class RoomFeed: @unchecked Sendable {
         logger.debug("room feed \(room): \(kept.count) bytes of history from \(history.path)")
       }
     }
+  }
+
+  /// A mount-local stream's feed (see ``isLocal``), keeping at most `localCapacity` bytes.
+  init(room: String, path: [String], pool: Pool, localCapacity: Int, logger: Logger) {
+    self.room = room
+    self.path = path
+    self.pool = pool
+    self.logger = logger
+    history = nil
+    isLocal = true
+    caughtUp = true
+    transcript = Transcript(capacity: localCapacity)
+  }
+
+  /// Adds `data` to a local stream and wakes its readers.
+  func appendLocal(_ data: [UInt8]) {
+    guard isLocal, !data.isEmpty else { return }
+    lock.lock()
+    transcript.append(data)
+    let ready = readyWaitersLocked()
+    let growth = onGrowth
+    lock.unlock()
+    for callback in ready { callback() }
+    growth?()
   }
 
   // MARK: What readers see
@@ -191,9 +224,16 @@ final class RoomFeed: @unchecked Sendable {
       logger.notice(
         "room feed \(room): no end of the server's backlog within \(limit); showing what the mount has"
       )
+      onBacklogIncomplete?()
       waiter.callback()
     }
     return id
+  }
+
+  /// Whether the server answers a caught-up read at once instead of parking it (a Gen-1
+  /// board): following the room then means polling it (see ``maximumIdlePoll``).
+  var answersAtOnce: Bool {
+    lock.withLock { echoes != nil }
   }
 
   /// Whether this run of the feed has read what the server kept for the user.
@@ -258,7 +298,7 @@ final class RoomFeed: @unchecked Sendable {
   func retain() {
     lock.lock()
     users += 1
-    let start = users == 1 && active == nil && inFlight == nil
+    let start = users == 1 && active == nil && inFlight == nil && !isLocal
     if start {
       generation += 1
       // A new run polls at once: an old backoff would miss lines a board's ring drops.
@@ -315,7 +355,7 @@ final class RoomFeed: @unchecked Sendable {
   private func stopLocked() -> StoppedRead {
     generation += 1
     // Stopped, the transcript falls behind what the server keeps for us.
-    caughtUp = false
+    caughtUp = isLocal
     defer {
       inFlight = nil
       active = nil
@@ -506,6 +546,7 @@ final class RoomFeed: @unchecked Sendable {
     }
     let delay = backoff
     let growth = data.isEmpty ? nil : onGrowth
+    let lines = data.isEmpty ? nil : onLines
     lock.unlock()
     if caughtUpNow {
       logger.debug("room feed \(room): caught up (\(data.count) bytes of \(count))")
@@ -521,6 +562,9 @@ final class RoomFeed: @unchecked Sendable {
         readNext(session: session, fid: fid, generation: generation)
       }
     }
+    // Before the readers: a reader that reads the new lines to the end resets the room's
+    // unread count after they were counted.
+    lines?(data)
     if ready.count > 4 {
       let callbacks = ready
       DispatchQueue.concurrentPerform(iterations: callbacks.count) { callbacks[$0]() }

@@ -13,6 +13,12 @@ import Foundation
 import Logging
 import NinePClient
 
+/// What watches every room's feed (Awareness/): told of lines as the server's reads add them.
+protocol RoomFeedObserver: AnyObject, Sendable {
+  func feed(_ feed: RoomFeed, received data: [UInt8])
+  func backlogIncomplete(_ feed: RoomFeed)
+}
+
 /// The mount's room feeds, one per room path, made on the first open.
 final class RoomFeeds: @unchecked Sendable {
   private let pool: Pool
@@ -24,6 +30,8 @@ final class RoomFeeds: @unchecked Sendable {
   private var feeds: [[String]: RoomFeed] = [:]
   /// Called when a feed's transcript grows (poll wake-ups).
   private let onGrowth: @Sendable (RoomFeed) -> Void
+  /// Told of every room's lines and incomplete backlogs (the watcher of Awareness/).
+  private var observer: (any RoomFeedObserver)?
 
   init(
     pool: Pool, historyDirectory: String?, rawText: Bool = false, logger: Logger,
@@ -54,6 +62,14 @@ final class RoomFeeds: @unchecked Sendable {
       guard let feed else { return }
       onGrowth(feed)
     }
+    feed.onLines = { [weak self, weak feed] data in
+      guard let feed, let observer = self?.currentObserver else { return }
+      observer.feed(feed, received: data)
+    }
+    feed.onBacklogIncomplete = { [weak self, weak feed] in
+      guard let feed, let observer = self?.currentObserver else { return }
+      observer.backlogIncomplete(feed)
+    }
     lock.lock()
     defer { lock.unlock() }
     // Another open of the same room may have made its feed meanwhile: one feed per room.
@@ -61,6 +77,13 @@ final class RoomFeeds: @unchecked Sendable {
     feeds[path] = feed
     return feed
   }
+
+  /// Tells `observer` of every feed's lines from now on.
+  func observe(with observer: any RoomFeedObserver) {
+    lock.withLock { self.observer = observer }
+  }
+
+  private var currentObserver: (any RoomFeedObserver)? { lock.withLock { observer } }
 
   /// The feed of the room at `path`, if it has one.
   func existing(_ path: [String]) -> RoomFeed? {

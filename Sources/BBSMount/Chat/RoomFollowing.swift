@@ -134,7 +134,11 @@ extension BBSFileSystem {
     _ request: FuseRequest, _ node: InodeTable.Node, updating handles: [RoomHandle],
     seeking: Bool = false
   ) {
-    let attributes = nodes.attributes(for: node)
+    var attributes = nodes.attributes(for: node)
+    if case .awareness = node.kind, let stream = handles.first?.feed {
+      // A stream of Awareness/ is its reader's own feed, from the open on.
+      attributes.st_size = Int(clamping: stream.length)
+    }
     for handle in handles { handle.reported(UInt64(attributes.st_size), seeking: seeking) }
     request.replyAttr(attributes, timeout: 0)
   }

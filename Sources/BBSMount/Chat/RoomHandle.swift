@@ -20,6 +20,8 @@ final class RoomHandle: OpenHandle, @unchecked Sendable {
   let poster: PostHandle?
   /// Reads by each opener, so a follow loop's pass right after input is told apart.
   let passes: FollowPasses
+  /// Called when a read reaches the end of the transcript (the room's unread count resets).
+  let readToEnd: (@Sendable () -> Void)?
   private let lock = NSLock()
   private var readOffset: UInt64 = 0
   private var reportedSize: UInt64?
@@ -32,9 +34,11 @@ final class RoomHandle: OpenHandle, @unchecked Sendable {
 
   init(
     feed: RoomFeed, inode: FuseInode, nonBlocking: Bool, endsAtEnd: Bool, opener: pid_t,
-    poster: PostHandle?, passes: FollowPasses = FollowPasses()
+    poster: PostHandle?, passes: FollowPasses = FollowPasses(),
+    readToEnd: (@Sendable () -> Void)? = nil
   ) {
     self.passes = passes
+    self.readToEnd = readToEnd
     self.feed = feed
     self.inode = inode
     self.nonBlocking = nonBlocking
@@ -50,14 +54,15 @@ final class RoomHandle: OpenHandle, @unchecked Sendable {
   /// the room has its first line.
   static func open(
     _ request: FuseRequest, feed: RoomFeed, inode: FuseInode, poster: PostHandle?,
-    info: FuseFileInfo, handles: HandleTable, passes: FollowPasses
+    info: FuseFileInfo, handles: HandleTable, passes: FollowPasses,
+    readToEnd: (@Sendable () -> Void)? = nil
   ) {
     feed.retain()
     let nonBlocking = info.flags & O_NONBLOCK != 0
     let endsAtEnd = info.flags & O_NOFOLLOW != 0
     let room = RoomHandle(
       feed: feed, inode: inode, nonBlocking: nonBlocking, endsAtEnd: endsAtEnd,
-      opener: request.caller.pid, poster: poster, passes: passes)
+      opener: request.caller.pid, poster: poster, passes: passes, readToEnd: readToEnd)
     var info = info
     info.handle = handles.store(room)
     let handleID = info.handle
@@ -106,9 +111,11 @@ final class RoomHandle: OpenHandle, @unchecked Sendable {
     if !data.isEmpty {
       passes.read(by: opener)
       advance(to: offset + UInt64(data.count))
+      reachedEnd(offset + UInt64(data.count))
       request.replyData(data)
       return
     }
+    reachedEnd(offset)
     if endsAtEnd { request.replyData([UInt8]()); return }
     if nonBlocking {
       request.replyError(EAGAIN)
@@ -125,8 +132,14 @@ final class RoomHandle: OpenHandle, @unchecked Sendable {
       let data = feed.read(at: offset, count: size)
       passes.read(by: opener)
       advance(to: offset + UInt64(data.count))
+      reachedEnd(offset + UInt64(data.count))
       request.replyData(data)
     }
+  }
+
+  /// Tells the unread ledger when a read got to the end of what the room has.
+  private func reachedEnd(_ offset: UInt64) {
+    if let readToEnd, offset >= feed.length { readToEnd() }
   }
 
   func write(_ request: FuseRequest, data: [UInt8], offset: UInt64) {

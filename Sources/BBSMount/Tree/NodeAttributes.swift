@@ -31,7 +31,7 @@ struct NodeAttributes: Sendable {
   /// Whether the mount, not the server, knows the node's attributes.
   func isLocal(_ kind: NodeKind) -> Bool {
     switch kind {
-    case .room, .post, .users, .roomLogs, .roomLog, .outbox: true
+    case .room, .post, .users, .roomLogs, .roomLog, .outbox, .awareness: true
     case .directory, .file: false
     }
   }
@@ -94,7 +94,8 @@ struct NodeAttributes: Sendable {
         attributes.st_size = Int(clamping: feed.extent.count)
         mtime = feed.modified
       }
-    case .outbox:
+    case .outbox, .awareness:
+      // A stream's size is its reader's (RoomFollowing); `unread` is rendered at open.
       attributes.st_mode = S_IFREG | 0o444
       attributes.st_nlink = 1
     }

@@ -18,6 +18,8 @@ public enum NodeKind: Sendable, Equatable {
   case roomLog(name: String)
   /// `/chat/outbox`: the mount's queued posts, rendered at each open, read-only.
   case outbox
+  /// `/chat/unread`, `/chat/mentions`, `/chat/events`: the mount's own (Awareness/).
+  case awareness(AwarenessFile)
 }
 
 /// Classifies paths by the 9BBS layout: `/chat/…` at the root or under `/srv/bbs/` (a device's
@@ -56,6 +58,8 @@ public struct PathClassifier: Sendable {
     case "users": return .users
     case RoomLogs.directoryName: return .roomLogs
     case "outbox": return .outbox
+    case _ where AwarenessFile(rawValue: name) != nil:
+      return AwarenessFile(rawValue: name).map { .awareness($0) }
     default: return .room(name: name)
     }
   }

@@ -65,7 +65,7 @@ final class Tree: Sendable {
     if RoomLogs.lookup(path, in: self, completion) { return }
     let classifier = attributes.classifier
     switch classifier.kind(of: path) {
-    case .outbox, .post:
+    case .outbox, .post, .awareness:
       // Known by its path: mount-local, or the post file of every chat directory (whose
       // writes the outbox keeps when the server does not answer).
       let kind = classifier.kind(of: path) ?? .post
@@ -117,6 +117,9 @@ final class Tree: Sendable {
     switch listed {
     case .success(let listing):
       guard let stat = listing.stats.first(where: { $0.name == name }) else {
+        if let kind = mountLocalKind(path) {
+          return completion(.success(inodes.record(path: path, kind: kind, stat: nil)))
+        }
         return completion(.failure(.notFound(path: "/" + path.joined(separator: "/"))))
       }
       completion(.success(record(path, stat, asOf: listing.requested)))
@@ -124,6 +127,8 @@ final class Tree: Sendable {
       // Link down: a node the mount has seen before is still the best answer.
       if let known = inodes.inode(for: path), let node = inodes.node(known) {
         completion(.success(node))
+      } else if let kind = mountLocalKind(path) {
+        completion(.success(inodes.record(path: path, kind: kind, stat: nil)))
       } else if attributes.classifier.kind(of: path) == .post {
         // `echo > chat/post` before the mount ever listed chat/: a post file is known by
         // its path, and the outbox keeps what is written to it until the link is back.
@@ -208,6 +213,13 @@ final class Tree: Sendable {
             let outbox = inodes.record(path: node.path + ["outbox"], kind: .outbox, stat: nil)
             entries.append(DirectoryEntry(name: "outbox", entry: attributes.entry(for: outbox)))
           }
+          for name in mountLocalNames(in: node.path)
+          where !listing.stats.contains(where: { $0.name == name }) {
+            let path = node.path + [name]
+            guard let kind = mountLocalKind(path) else { continue }
+            let child = inodes.record(path: path, kind: kind, stat: nil)
+            entries.append(DirectoryEntry(name: name, entry: attributes.entry(for: child)))
+          }
           if listings.isComplete(node.path) {
             inodes.listed(node.path, subdirectories: subdirectories, asOf: listing.requested)
           }
@@ -248,6 +260,19 @@ final class Tree: Sendable {
         lastSeen().map { .success(Self.rooms(in: $0)) }
           ?? .failure(.sessionClosed(reason: "the chat rooms could not be listed in time")))
     }
+  }
+
+  /// The files the mount itself adds to `directory` (a chat directory's awareness files).
+  func mountLocalNames(in directory: [String]) -> [String] {
+    attributes.classifier.isChatDirectory(directory) ? AwarenessFile.allCases.map(\.rawValue) : []
+  }
+
+  /// What `path` is if the mount itself serves it, else nil.
+  func mountLocalKind(_ path: [String]) -> NodeKind? {
+    guard let name = path.last, mountLocalNames(in: Array(path.dropLast())).contains(name),
+      case .awareness(let file)? = attributes.classifier.kind(of: path)
+    else { return nil }
+    return .awareness(file)
   }
 
   private static func rooms(in listing: ListingCache.Listing) -> Set<String> {

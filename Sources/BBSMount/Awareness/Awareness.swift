@@ -1,0 +1,176 @@
+// Awareness: what tells the user that something happened in chat without them watching.
+//
+// Lines arrive in the one RoomFeed per room (RoomFeeds calls ``Awareness`` as its
+// RoomFeedObserver, on the feed's reply thread, in order). ``RoomWatcher`` keeps the watched
+// rooms' feeds running; ``UnreadLedger`` counts lines per room until the room is read to its
+// end (`chat/unread`); ``MentionMatcher`` picks the lines that name the user (`chat/mentions`);
+// ``DesktopNotifier`` and ``NotifyCommand`` tell the user; ``EventLog`` writes `chat/events`.
+// The two stream files are served by the room file machinery through ``StreamFanOut``.
+
+import Foundation
+import Logging
+import NinePClient
+import NinePProtocol
+
+/// The mount's watching, unread counts, mentions, notifications and events.
+final class Awareness: RoomFeedObserver, @unchecked Sendable {
+  let options: AwarenessOptions
+  let ledger: UnreadLedger
+  let events: EventLog
+  let mentionStreams: StreamFanOut
+  let eventStreams: StreamFanOut
+  let watcher: RoomWatcher
+  /// Nil on a device board (see ``UserPresence``).
+  private let presence: UserPresence?
+  private let feeds: RoomFeeds
+  private let matcher: MentionMatcher
+  /// Authors that are the user (lower-cased): their lines are neither unread nor mentions.
+  private let ownNames: Set<String>
+  private let desktop: DesktopNotifier?
+  private let command: NotifyCommand?
+  private let logger: Logger
+  private let lock = NSLock()
+  /// The start of a line each feed has not finished yet.
+  private var partial: [ObjectIdentifier: [UInt8]] = [:]
+  /// A line longer than this is cut (a hostile server's endless line).
+  static let longestLine = 64 << 10
+
+  /// - Parameters:
+  ///   - names: the user's names (user name, nickname, identity and its short form).
+  ///   - stateDirectory: where unread counts are kept between mounts (nil: not kept).
+  /// - Parameter readOnce: reads a server file once (the users list).
+  init(
+    options: AwarenessOptions, pool: Pool, feeds: RoomFeeds, listings: ListingCache,
+    names: [String], stateDirectory: String?, logger: Logger,
+    readOnce:
+      @escaping @Sendable (
+        [String], @escaping @Sendable (Result<[UInt8], NinePError>) -> Void
+      ) -> Void,
+    stat:
+      @escaping @Sendable ([String], @escaping @Sendable (Result<Stat, NinePError>) -> Void) -> Void
+  ) {
+    self.options = options
+    self.feeds = feeds
+    self.logger = logger
+    ledger = UnreadLedger(directory: stateDirectory, logger: logger)
+    mentionStreams = StreamFanOut(name: "mentions", pool: pool, logger: logger)
+    eventStreams = StreamFanOut(name: "events", pool: pool, logger: logger)
+    let events = EventLog(streams: eventStreams)
+    self.events = events
+    matcher = MentionMatcher(names: names + options.highlights)
+    ownNames = Set(names.map { $0.lowercased() }.filter { !$0.isEmpty })
+    desktop = options.notify == .off ? nil : DesktopNotifier(logger: logger)
+    command = options.notifyCommand.flatMap { NotifyCommand(command: $0, logger: logger) }
+    let device = pool.configuration.profile == .device
+    watcher = RoomWatcher(
+      feeds: feeds, listings: listings,
+      watch: options.watch ?? (device ? AwarenessOptions.Watch.none : nil),
+      decideWatch: { directory, decided in
+        // A 9BBS board behind a gateway (its walks call the chat files directories, as a
+        // device's do) shares its sessions and parking slots with its other users, and an
+        // older one (Gen-1) one read position per room: not watched unless asked.
+        stat(directory + ["users"]) { result in
+          if case .success(let entry) = result, entry.qid.isDirectory {
+            logger.info(
+              "watch: the server is a 9BBS board; rooms are not watched (-o watch=all to watch them)"
+            )
+            decided(.none)
+          } else {
+            decided(.all)
+          }
+        }
+      },
+      interval: pool.configuration.profile == .device ? .seconds(60) : .seconds(10),
+      logger: logger
+    ) { added, removed in
+      for room in added { events.record(.roomAdded(room)) }
+      for room in removed { events.record(.roomRemoved(room)) }
+    }
+    let watcher = watcher
+    presence =
+      pool.configuration.profile == .device
+      ? nil
+      : UserPresence(events: events, interval: .seconds(10)) { done in
+        // Not watching, the watcher has not looked for the chat directory: the usual one.
+        readOnce((watcher.chatDirectoryFound ?? ["chat"]) + ["users"], done)
+      }
+    feeds.observe(with: self)
+    let reconnects = pool.policy.enabled
+    pool.observe { state in
+      switch state {
+      case .up: events.record(.link(state: "up", reason: "-"))
+      case .down(let reason):
+        events.record(.link(state: "down", reason: reason))
+        if reconnects { events.record(.link(state: "reconnecting", reason: reason)) }
+      case .closed: break
+      }
+    }
+  }
+
+  func start() {
+    watcher.start()
+    presence?.start()
+  }
+
+  func shutdown() {
+    presence?.stop()
+    watcher.stop()
+    ledger.flush()
+  }
+
+  /// `chat/unread`'s text now: the watched rooms and the rooms someone has open.
+  func renderUnread() -> [UInt8] {
+    let open = feeds.status.filter { $0.readers > 0 }.compactMap {
+      $0.path.split(separator: "/").last.map(String.init)
+    }
+    return ledger.render(rooms: watcher.watchedRooms.union(open))
+  }
+
+  /// A reader read `room` to its end.
+  func roomRead(_ room: String) { ledger.read(room) }
+
+  // MARK: RoomFeedObserver
+
+  func backlogIncomplete(_ feed: RoomFeed) {
+    events.record(.backlogIncomplete(room: feed.room))
+  }
+
+  func feed(_ feed: RoomFeed, received data: [UInt8]) {
+    let key = ObjectIdentifier(feed)
+    let lines: [ArraySlice<UInt8>] = lock.withLock {
+      var buffer = partial.removeValue(forKey: key) ?? []
+      buffer.append(contentsOf: data)
+      var lines: [ArraySlice<UInt8>] = []
+      var start = buffer.startIndex
+      while let newline = buffer[start...].firstIndex(of: UInt8(ascii: "\n")) {
+        lines.append(buffer[start..<newline])
+        start = newline + 1
+      }
+      var rest = Array(buffer[start...])
+      if rest.count > Self.longestLine {
+        lines.append(rest[...])
+        rest = []
+      }
+      if !rest.isEmpty { partial[key] = rest }
+      return lines
+    }
+    var unread = 0
+    for bytes in lines {
+      let line = String(decoding: bytes.prefix(Self.longestLine), as: UTF8.self)
+      let parsed = RoomLine(line)
+      events.record(.message(room: feed.room, author: parsed.author))
+      guard !ownNames.contains(parsed.author.lowercased()) else { continue }
+      unread += 1
+      let mentioned = matcher.matches(parsed.text)
+      if mentioned {
+        mentionStreams.publish(Array("\(EventLog.escaped(feed.room)) \(line)\n".utf8))
+        events.record(.mention(room: feed.room, author: parsed.author))
+        command?.run(room: feed.room, author: parsed.author, text: String(parsed.text))
+      }
+      if mentioned || options.notify == .all {
+        desktop?.notify(room: feed.room, author: parsed.author, text: String(parsed.text))
+      }
+    }
+    if unread > 0 { ledger.add(unread, to: feed.room) }
+  }
+}

@@ -1,0 +1,175 @@
+import Foundation
+import Logging
+
+/// Reads the watched rooms in the background (`-o watch=`), so unread counts, mentions and
+/// events exist without a reader open.
+///
+/// Watching a room is holding it open: the room's one ``RoomFeed`` runs (no second read of the
+/// room), parked on the server while the room is quiet, so an idle watched room costs no
+/// requests on a server that parks reads. The chat listing is read again every
+/// ``interval`` to see rooms come and go (one Twalk, Topen, Tread(s), Tclunk).
+final class RoomWatcher: @unchecked Sendable {
+  private let feeds: RoomFeeds
+  private let listings: ListingCache
+  /// Nil until decided (see ``decideWatch``).
+  private var watch: AwarenessOptions.Watch?
+  /// Decides what to watch when the user did not say, once the chat directory is found.
+  private let decideWatch:
+    (@Sendable ([String], @escaping @Sendable (AwarenessOptions.Watch) -> Void) -> Void)?
+  private let interval: Duration
+  private let logger: Logger
+  private let lock = NSLock()
+  /// The chat directory, once found.
+  private var chatDirectory: [String]?
+  private var rooms: Set<String>?
+  private var held: [String: RoomFeed] = [:]
+  private var stopped = false
+  /// The board answers caught-up reads at once (Gen-1): watching would poll every room about
+  /// three times a second, so it is given up (rooms still count while someone has them open).
+  private var pollingBoard = false
+  private let changed: @Sendable (_ added: [String], _ removed: [String]) -> Void
+  /// Names in `chat/` that are not rooms.
+  static let notRooms = Set(["post", "users"]).union(AwarenessFile.allNames)
+  /// Rooms watched at most: a listing of thousands of rooms must not open thousands of reads.
+  static let maximumWatched = 64
+
+  /// - Parameter decideWatch: with `watch` nil, told the chat directory, answers what to watch.
+  init(
+    feeds: RoomFeeds, listings: ListingCache, watch: AwarenessOptions.Watch?,
+    decideWatch: (
+      @Sendable ([String], @escaping @Sendable (AwarenessOptions.Watch) -> Void) -> Void
+    )? = nil,
+    interval: Duration, logger: Logger,
+    changed: @escaping @Sendable ([String], [String]) -> Void
+  ) {
+    self.feeds = feeds
+    self.listings = listings
+    self.watch = watch
+    self.decideWatch = decideWatch
+    self.interval = interval
+    self.logger = logger
+    self.changed = changed
+  }
+
+  /// The rooms the last listing had (empty before the first).
+  var knownRooms: Set<String> { lock.withLock { rooms ?? [] } }
+
+  /// The chat directory, once the first listing found it.
+  var chatDirectoryFound: [String]? { lock.withLock { chatDirectory } }
+
+  /// The rooms being watched.
+  var watchedRooms: Set<String> { lock.withLock { Set(held.keys) } }
+
+  /// Starts watching. With `watch=none` (a device board's default) it sends nothing at all:
+  /// no listing holds up a board's one-request-at-a-time session, and rooms coming and going
+  /// are not reported.
+  func start() {
+    if lock.withLock({ watch == AwarenessOptions.Watch.none }) { return }
+    find(among: [["chat"], ["srv", "bbs", "chat"]])
+  }
+
+  func stop() {
+    let feeds = lock.withLock {
+      stopped = true
+      defer { held.removeAll() }
+      return Array(held.values)
+    }
+    for feed in feeds { feed.release() }
+  }
+
+  private func find(among candidates: [[String]]) {
+    guard let candidate = candidates.first else {
+      logger.info("watch: no chat directory found; rooms are not watched")
+      return
+    }
+    listings.listing(candidate, maxAge: .zero, complete: true) { [self] listed in
+      guard case .success(let listing) = listed else {
+        return find(among: Array(candidates.dropFirst()))
+      }
+      let undecided = lock.withLock {
+        chatDirectory = candidate
+        return watch == nil
+      }
+      guard undecided, let decideWatch else { return update(listing.stats.map(\.name)) }
+      decideWatch(candidate) { [self] decided in
+        lock.withLock { watch = decided }
+        update(listing.stats.map(\.name))
+      }
+    }
+  }
+
+  private func poll() {
+    guard let directory = lock.withLock({ stopped ? nil : chatDirectory }) else { return }
+    if givesUpOnAPollingBoard() { return }
+    listings.listing(directory, maxAge: .zero, complete: true) { [self] listed in
+      if case .success(let listing) = listed {
+        update(listing.stats.map(\.name))
+      } else {
+        schedule()
+      }
+    }
+  }
+
+  private func schedule() {
+    DispatchQueue.global().asyncAfter(deadline: .now() + interval.timeInterval) { [weak self] in
+      self?.poll()
+    }
+  }
+
+  private func update(_ names: [String]) {
+    let now = Set(names).subtracting(Self.notRooms)
+    var start: [(String, RoomFeed)] = []
+    var stop: [RoomFeed] = []
+    let (added, removed): ([String], [String]) = lock.withLock {
+      guard !stopped, let directory = chatDirectory else { return ([], []) }
+      let before = rooms
+      rooms = now
+      for name in now.sorted()
+      where watch?.includes(name) == true && held[name] == nil && !pollingBoard {
+        guard held.count < Self.maximumWatched else { break }
+        let feed = feeds.feed(for: directory + [name], room: name)
+        held[name] = feed
+        start.append((name, feed))
+      }
+      for (name, feed) in held where !now.contains(name) {
+        held[name] = nil
+        stop.append(feed)
+      }
+      guard let before else { return ([], []) }
+      return (now.subtracting(before).sorted(), before.subtracting(now).sorted())
+    }
+    for (name, feed) in start {
+      logger.debug("watch: watching \(name)")
+      feed.retain()
+    }
+    for feed in stop { feed.release() }
+    if !added.isEmpty || !removed.isEmpty { changed(added, removed) }
+    schedule()
+    if !start.isEmpty {
+      // A room's first reads tell whether the board parks them.
+      DispatchQueue.global().asyncAfter(deadline: .now() + 2) { [weak self] in
+        _ = self?.givesUpOnAPollingBoard()
+      }
+    }
+  }
+
+  /// Stops watching if a watched room's feed found the board answering reads at once.
+  /// Returns whether watching is off for that reason.
+  private func givesUpOnAPollingBoard() -> Bool {
+    let released: [RoomFeed]? = lock.withLock {
+      guard !pollingBoard else { return [] }
+      guard held.values.contains(where: \.answersAtOnce) else { return nil }
+      pollingBoard = true
+      defer { held.removeAll() }
+      return Array(held.values)
+    }
+    guard let released else { return false }
+    if !released.isEmpty {
+      logger.notice(
+        "watch: the board answers chat reads at once (it does not park them); watching would poll each room 3 times a second, so rooms are not watched"
+      )
+    }
+    for feed in released { feed.release() }
+    return true
+  }
+}

@@ -1,0 +1,57 @@
+import Foundation
+import Logging
+import NinePClient
+
+/// The readers of one mount-local stream file (`chat/mentions`, `chat/events`): each open gets
+/// its own local ``RoomFeed`` (a transcript nothing reads from the server), so the room file
+/// machinery (``RoomHandle``, the `tail -f` waits of ``RoomFollowing``) serves it unchanged
+/// and every open starts from now.
+final class StreamFanOut: @unchecked Sendable {
+  let name: String
+  private let pool: Pool
+  private let logger: Logger
+  private let lock = NSLock()
+  private var subscribers: [(feed: RoomFeed, since: ContinuousClock.Instant)] = []
+  /// Kept per reader: a reader that stops reading loses the oldest lines, the daemon's memory
+  /// stays bounded.
+  static let readerCapacity = 1 << 20
+  /// The most readers at once; an open beyond it fails (EMFILE).
+  static let maximumReaders = 256
+
+  init(name: String, pool: Pool, logger: Logger) {
+    self.name = name
+    self.pool = pool
+    self.logger = logger
+  }
+
+  /// A new reader's feed, starting from now; nil when there are too many readers.
+  func subscribe() -> RoomFeed? {
+    let feed = RoomFeed(
+      room: name, path: [], pool: pool, localCapacity: Self.readerCapacity, logger: logger)
+    return lock.withLock {
+      pruneLocked()
+      guard subscribers.count < Self.maximumReaders else { return nil }
+      subscribers.append((feed, .now))
+      return feed
+    }
+  }
+
+  var hasReaders: Bool { lock.withLock { !subscribers.isEmpty } }
+
+  /// Appends `line` to every reader's feed.
+  func publish(_ line: [UInt8]) {
+    let feeds = lock.withLock {
+      pruneLocked()
+      return subscribers.map(\.feed)
+    }
+    for feed in feeds { feed.appendLocal(line) }
+  }
+
+  /// Drops readers that closed (a feed is retained by its open within a moment of being made).
+  private func pruneLocked() {
+    let now = ContinuousClock.now
+    subscribers.removeAll { entry in
+      entry.feed.status.readers == 0 && entry.since.duration(to: now) > .seconds(2)
+    }
+  }
+}

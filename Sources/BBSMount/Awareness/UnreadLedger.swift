@@ -1,0 +1,94 @@
+import Foundation
+import Logging
+
+/// `chat/unread`: how many lines each room received since it was last read to its end through
+/// this mount. Kept on disk with the rooms' history (`history=on`), so a remount starts with
+/// the counts the last mount left.
+final class UnreadLedger: @unchecked Sendable {
+  private let lock = NSLock()
+  private var counts: [String: Int] = [:]
+  private let path: String?
+  private let logger: Logger
+  private var writeScheduled = false
+  private static let writer = DispatchQueue(label: "mount9bbs.unread")
+  /// Rooms kept; a hostile server's thousands of rooms cannot grow it without bound.
+  static let maximumRooms = 4096
+
+  /// - Parameter directory: where the counts are kept between mounts; nil: not kept.
+  init(directory: String?, logger: Logger) {
+    path = directory.map { $0 + "/unread.counts" }
+    self.logger = logger
+    if let directory {
+      try? FileManager.default.createDirectory(
+        atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700]
+      )
+    }
+    guard let path, let text = try? String(contentsOfFile: path, encoding: .utf8) else { return }
+    for line in text.split(separator: "\n") {
+      guard let space = line.lastIndex(of: " "), let count = Int(line[line.index(after: space)...]),
+        count >= 0
+      else { continue }
+      counts[String(line[..<space])] = count
+    }
+  }
+
+  func add(_ lines: Int, to room: String) {
+    lock.withLock {
+      guard counts[room] != nil || counts.count < Self.maximumRooms else { return }
+      counts[room, default: 0] += lines
+    }
+    scheduleWrite()
+  }
+
+  /// `room` was read to its end.
+  func read(_ room: String) {
+    let changed = lock.withLock {
+      guard let count = counts[room], count != 0 else { return false }
+      counts[room] = 0
+      return true
+    }
+    if changed { scheduleWrite() }
+  }
+
+  func count(_ room: String) -> Int { lock.withLock { counts[room] ?? 0 } }
+
+  var all: [String: Int] { lock.withLock { counts } }
+
+  /// The file's text: one `ROOM COUNT` line per room of `rooms` and per room with a count,
+  /// sorted by name.
+  func render(rooms: Set<String>) -> [UInt8] {
+    let counts = all
+    let names = rooms.union(counts.filter { $0.value > 0 }.keys).sorted()
+    return Array(
+      names.map { "\(EventLog.escaped($0).replacing(" ", with: "\\x20")) \(counts[$0] ?? 0)\n" }
+        .joined().utf8)
+  }
+
+  private func scheduleWrite() {
+    guard path != nil else { return }
+    let schedule = lock.withLock {
+      defer { writeScheduled = true }
+      return !writeScheduled
+    }
+    guard schedule else { return }
+    Self.writer.asyncAfter(deadline: .now() + 0.2) { [self] in
+      lock.withLock { writeScheduled = false }
+      write()
+    }
+  }
+
+  /// Writes the counts now (unmount).
+  func flush() {
+    Self.writer.sync { write() }
+  }
+
+  private func write() {
+    guard let path else { return }
+    let text = all.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)\n" }.joined()
+    do {
+      try Data(text.utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
+    } catch {
+      logger.warning("unread counts: cannot write \(path): \(error)")
+    }
+  }
+}

@@ -1,0 +1,569 @@
+import Foundation
+import TestSupport
+import XCTest
+
+@testable import BBSMount
+
+/// Issue 24 through real mounts: watched rooms, `chat/unread`, `chat/mentions`, `chat/events`,
+/// notify-command and desktop notifications. A second mount (user bob) posts; the mount under
+/// test (user alice) watches.
+final class AwarenessTests: XCTestCase {
+  /// A server with rooms lobby and tech, a posting mount (bob) and the watching mount (alice)
+  /// with its own state directory (so it can be mounted again with the same history).
+  private struct Scene {
+    let rig: MountRig
+    let alice: MountProcess
+    let bob: MountProcess
+    let state: String
+
+    func alicePath(_ relative: String) -> String { alice.mountpoint + "/" + relative }
+    func bobPath(_ relative: String) -> String { bob.mountpoint + "/" + relative }
+  }
+
+  private func scene(
+    _ setup: Setup = .multiplexTCP, rooms: [String] = ["lobby", "tech"], alice: [String] = [],
+    environment: [String: String] = [:]
+  ) throws -> Scene {
+    let rig = try MountRig.start(setup, for: self, rooms: rooms, mountOptions: ["uname=bob"])
+    let state = try makeTemporaryDirectory("awareness-state")
+    let mount = try mountAlice(rig, options: alice, state: state, environment: environment)
+    return Scene(rig: rig, alice: mount, bob: rig.mount, state: state)
+  }
+
+  private func mountAlice(
+    _ rig: MountRig, options: [String], state: String, environment: [String: String] = [:],
+    directory: String = "alice"
+  ) throws -> MountProcess {
+    let mountpoint = rig.directory + "/" + directory
+    if !FileManager.default.fileExists(atPath: mountpoint) {
+      try FileManager.default.createDirectory(
+        atPath: mountpoint, withIntermediateDirectories: false)
+    }
+    let mount = try MountProcess(
+      address: rig.server.address, mountpoint: mountpoint, options: ["uname=alice"] + options,
+      environment: environment.merging(["XDG_STATE_HOME": state]) { $1 })
+    addTeardownBlock { [weak self] in
+      if let run = self?.testRun, run.totalFailureCount > 0 {
+        print("--- alice's mount9bbs log:\n\(mount.child.text)---")
+      }
+      mount.stop()
+    }
+    return mount
+  }
+
+  /// Posts `text` as one write to the room file at `path` (no shell sees it).
+  private func post(_ text: String, to path: String) throws {
+    let descriptor = open(path, O_WRONLY)
+    guard descriptor >= 0 else {
+      throw HarnessError("open \(path): \(String(cString: strerror(errno)))")
+    }
+    defer { close(descriptor) }
+    let bytes = Array((text + "\n").utf8)
+    let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+    guard written == bytes.count else {
+      throw HarnessError("write \(path) wrote \(written): \(String(cString: strerror(errno)))")
+    }
+  }
+
+  private func unread(_ scene: Scene) throws -> String {
+    try String(contentsOfFile: scene.alicePath("chat/unread"), encoding: .utf8)
+  }
+
+  /// Waits (bounded) for `chat/unread` to read `expected`.
+  private func waitForUnread(
+    _ scene: Scene, _ expected: String, file: StaticString = #filePath, line: UInt = #line
+  ) throws {
+    var last = ""
+    let seen = waitUntil(timeout: 10, interval: 0.05) {
+      last = (try? unread(scene)) ?? ""
+      return last == expected
+    }
+    XCTAssertTrue(
+      seen, "chat/unread is \(last.debugDescription), expected \(expected.debugDescription)",
+      file: file, line: line)
+  }
+
+  // MARK: Unread
+
+  func testUnreadCountsMoveResetOnReadingToTheEndAndSurviveARemount() throws {
+    let scene = try scene()
+    try waitForUnread(scene, "lobby 0\ntech 0\n")
+    for text in ["one", "two", "three"] { try post(text, to: scene.bobPath("chat/lobby")) }
+    try post("elsewhere", to: scene.bobPath("chat/tech"))
+    try waitForUnread(scene, "lobby 3\ntech 1\n")
+    // `tail -n 2` reads the room to its end: lobby is read, tech is not.
+    XCTAssertEqual(
+      chatTexts(try sh("tail -n 2 '\(scene.alicePath("chat/lobby"))'")), ["two", "three"])
+    try waitForUnread(scene, "lobby 0\ntech 1\n")
+    try post("four", to: scene.bobPath("chat/lobby"))
+    try post("five", to: scene.bobPath("chat/lobby"))
+    try waitForUnread(scene, "lobby 2\ntech 1\n")
+    // alice unmounts; bob says one more; alice mounts again with her history.
+    scene.alice.stop()
+    try post("six", to: scene.bobPath("chat/lobby"))
+    let again = try mountAlice(scene.rig, options: [], state: scene.state)
+    let path = again.mountpoint + "/chat/unread"
+    var last = ""
+    XCTAssertTrue(
+      waitUntil(timeout: 10, interval: 0.05) {
+        last = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+        return last == "lobby 3\ntech 1\n"
+      }, "after the remount chat/unread is \(last.debugDescription)")
+    // `mount9bbs status` shows the counts too.
+    let status = try runBuilt(
+      "mount9bbs", ["status", again.mountpoint], environment: ["XDG_STATE_HOME": scene.state])
+    XCTAssertTrue(status.output.contains("3 unread"), status.output)
+  }
+
+  func testOwnLinesAreNotUnreadAndWatchNoneListsNoRooms() throws {
+    let scene = try scene(alice: ["watch=none"])
+    XCTAssertEqual(try unread(scene), "")
+    // alice's own post in a room she has open is not news to her.
+    let reader = try background(self, "/bin/cat", [scene.alicePath("chat/lobby")])
+    try post("from bob", to: scene.bobPath("chat/lobby"))
+    try post("from alice", to: scene.alicePath("chat/lobby"))
+    XCTAssertTrue(waitUntil(timeout: 10) { reader.text.contains("from alice") }, reader.text)
+    try waitForUnread(scene, "lobby 0\n")
+  }
+
+  // MARK: Mentions and events
+
+  /// Starts readers of `file` the three ways users read streams and posts mentions until
+  /// every reader shows one, so the test's own lines all come after the opens.
+  private func startReaders(
+    _ scene: Scene, _ file: String, until marker: String
+  ) throws -> [ChildProcess] {
+    let path = scene.alicePath(file)
+    let readers = [
+      try background(self, "/usr/bin/tail", ["-f", path]),
+      try background(
+        self, "/bin/sh",
+        ["-c", "tail -f \"$0\" | while IFS= read -r line; do printf '%s\\n' \"$line\"; done", path]),
+      try background(
+        self, "/bin/bash",
+        ["-c", "while IFS= read -r line; do printf '%s\\n' \"$line\"; done < \"$0\"", path]),
+    ]
+    var count = 0
+    let ready = waitUntil(timeout: 15, interval: 0.2) {
+      count += 1
+      try? post("\(marker) \(count)", to: scene.bobPath("chat/tech"))
+      return readers.allSatisfy { $0.text.contains(marker) }
+    }
+    XCTAssertTrue(ready, readers.map(\.text).joined(separator: "\n---\n"))
+    return readers
+  }
+
+  /// The lines of `output` after the last one containing `marker`.
+  private func linesAfter(_ marker: String, in output: String) -> [String] {
+    let lines = output.split(separator: "\n").map(String.init)
+    guard let last = lines.lastIndex(where: { $0.contains(marker) }) else { return lines }
+    return Array(lines[(last + 1)...])
+  }
+
+  func testMentionsByNameAndHighlightWordsStreamToTailAndReadLoops() throws {
+    let scene = try scene(alice: ["highlight=Deploy:urgent"])
+    let readers = try startReaders(scene, "chat/mentions", until: "alice ready")
+    let lobby = scene.bobPath("chat/lobby")
+    for text in [
+      "hello everyone", "alicette is not alice's name", "ALICE: ping", "malice aforethought",
+      "the deploy is done", "redeployed nothing", "urgent!", "unurgent", "end alice",
+    ] {
+      try post(text, to: lobby)
+    }
+    let expected = [
+      "alicette is not alice's name", "ALICE: ping", "the deploy is done", "urgent!", "end alice",
+    ]
+    for reader in readers {
+      XCTAssertTrue(
+        waitUntil(timeout: 10) { reader.text.contains("end alice") }, "reader saw: \(reader.text)")
+      let lines = linesAfter("alice ready", in: reader.text)
+      XCTAssertEqual(
+        lines.map { String($0.prefix(6)) }, Array(repeating: "lobby ", count: expected.count),
+        reader.text)
+      XCTAssertEqual(lines.map { ChatLine($0.dropFirst(6)) }.map(\.text), expected, reader.text)
+      XCTAssertEqual(Set(lines.map { ChatLine($0.dropFirst(6)).author }), ["bob"])
+    }
+  }
+
+  func testEventsStreamMessagesAndMentionsAsTabSeparatedLines() throws {
+    let scene = try scene()
+    let readers = try startReaders(scene, "chat/events", until: "message\ttech\tbob")
+    try post("hi alice", to: scene.bobPath("chat/lobby"))
+    try post("plain", to: scene.bobPath("chat/lobby"))
+    let pattern = try NSRegularExpression(
+      pattern: #"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\t"#)
+    for reader in readers {
+      XCTAssertTrue(
+        waitUntil(timeout: 10) {
+          reader.text.split(separator: "\n").filter { $0.hasSuffix("\tlobby\tbob") }.count >= 3
+        }, reader.text)
+      let lines = reader.text.split(separator: "\n").map(String.init).filter {
+        $0.contains("\tlobby\t")
+      }
+      XCTAssertEqual(
+        lines.map { $0.split(separator: "\t").dropFirst().joined(separator: " ") },
+        ["message lobby bob", "mention lobby bob", "message lobby bob"], reader.text)
+      for line in lines {
+        XCTAssertEqual(
+          pattern.numberOfMatches(in: line, range: NSRange(line.startIndex..., in: line)), 1, line)
+      }
+    }
+  }
+
+  // MARK: Cost
+
+  /// Requests the mount sent so far and reads parked now (every session), from
+  /// `mount9bbs status --json`.
+  private func traffic(_ mount: MountProcess) throws -> (sent: UInt64, parked: Int) {
+    let status = try runBuilt("mount9bbs", ["status", mount.mountpoint, "--json"])
+    let object = try JSONSerialization.jsonObject(with: Data(status.output.utf8)) as? [String: Any]
+    let sessions = try XCTUnwrap(object?["sessions"] as? [[String: Any]], status.output)
+    return (
+      sessions.reduce(0) { $0 + (($1["messagesOut"] as? NSNumber)?.uint64Value ?? 0) },
+      sessions.reduce(0) { $0 + (($1["parkedReads"] as? NSNumber)?.intValue ?? 0) }
+    )
+  }
+
+  /// Eight watched rooms of an idle board: each room's read parks on the server, so the mount
+  /// sends next to nothing (keepalives, the chat listing now and then).
+  private func measureIdleCost(_ setup: Setup) throws -> Double {
+    let rooms = (1...8).map { "room\($0)" }
+    let scene = try scene(setup, rooms: rooms, alice: ["watch=all"])
+    let expected = rooms.sorted().map { "\($0) 0\n" }.joined()
+    try waitForUnread(scene, expected)
+    // Every watched room caught up: its read is parked.
+    XCTAssertTrue(
+      waitUntil(timeout: 15, interval: 0.2) {
+        ((try? traffic(scene.alice))?.parked ?? 0) >= rooms.count
+      }, scene.alice.child.text)
+    let window = 10.0
+    let before = try traffic(scene.alice).sent
+    _ = waitUntil(timeout: window) { false }
+    let after = try traffic(scene.alice).sent
+    let rate = Double(after - before) / window
+    print(
+      "idle cost, \(setup), 8 watched rooms: \(after - before) requests in \(window) s = \(rate)/s")
+    scene.rig.assertNoViolations()
+    return rate
+  }
+
+  func testAnIdleWatchedBoardCostsAboutNoRequests() throws {
+    XCTAssertLessThan(try measureIdleCost(.multiplexTCP), 0.5)
+  }
+
+  func testAnIdleWatchedDeviceBoardCostsAboutNoRequests() throws {
+    XCTAssertLessThan(try measureIdleCost(.deviceSeqpacket), 0.5)
+  }
+
+  func testEventsTellTheLinkGoingDownAndComingBack() throws {
+    let scene = try scene()
+    let readers = try startReaders(scene, "chat/events", until: "message\ttech\tbob")
+    let address = scene.rig.server.address
+    scene.rig.server.stop()
+    for reader in readers {
+      XCTAssertTrue(
+        waitUntil(timeout: 15) {
+          reader.text.contains("\tlink\tdown\t") && reader.text.contains("\tlink\treconnecting\t")
+        }, reader.text)
+    }
+    let again = try ServerProcess(transport: "tcp", rooms: ["lobby", "tech"], listen: address)
+    addTeardownBlock { again.stop() }
+    for reader in readers {
+      XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("\tlink\tup\t-\n") }, reader.text)
+    }
+  }
+
+  func testEventsTellAUserArriving() throws {
+    let scene = try scene()
+    let readers = try startReaders(scene, "chat/events", until: "message\ttech\tbob")
+    // The mount reads the users list to compare with within a second of the first open of
+    // chat/events; nothing shows when it has.
+    _ = waitUntil(timeout: 1.5) { false }
+    // carol reads a room: the board lists her among its users.
+    let carol = try mountAlice(
+      scene.rig, options: ["uname=carol", "watch=none"], state: scene.state, directory: "carol")
+    _ = try sh("timeout 10 tail -n 1 '\(carol.mountpoint)/chat/tech'")
+    for reader in readers {
+      XCTAssertTrue(
+        waitUntil(timeout: 25) { reader.text.contains("\tuser-arrived\tcarol\n") }, reader.text)
+    }
+  }
+
+  // MARK: Notifications
+
+  /// A notify-command script that writes ROOM, AUTHOR and TEXT to files in `directory`.
+  private func recorder(in directory: String) throws -> String {
+    let script = directory + "/record"
+    try """
+    #!/bin/sh
+    n=$$
+    printf '%s' "$ROOM" > "$0.$n.room"
+    printf '%s' "$AUTHOR" > "$0.$n.author"
+    printf '%s' "$TEXT" > "$0.$n.text.part" && mv "$0.$n.text.part" "$0.$n.text"
+    """.write(toFile: script, atomically: true, encoding: .utf8)
+    chmod(script, 0o755)
+    return script
+  }
+
+  private func recorded(_ directory: String) -> [(room: String, author: String, text: String)] {
+    let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+    return names.filter { $0.hasSuffix(".text") }.sorted().map { name in
+      let stem = directory + "/" + name.dropLast(".text".count)
+      func read(_ suffix: String) -> String {
+        (try? String(contentsOfFile: stem + suffix, encoding: .utf8)) ?? "?"
+      }
+      return (read(".room"), read(".author"), read(".text"))
+    }
+  }
+
+  func testNotifyCommandGetsHostileTextInItsEnvironmentAndRunsNothingElse() throws {
+    let work = try makeTemporaryDirectory("notify-command")
+    let script = try recorder(in: work)
+    let scene = try scene(alice: ["notify-command=\(script)", "notify=off"])
+    let canary = work + "/canary"
+    let hostile =
+      "alice $(touch \(canary)) `touch \(canary)` \"quoted\" 'single' \\n \\x1b; touch \(canary)"
+    try waitForUnread(scene, "lobby 0\ntech 0\n")
+    try post(hostile, to: scene.bobPath("chat/lobby"))
+    XCTAssertTrue(waitUntil(timeout: 10) { recorded(work).count == 1 }, scene.alice.child.text)
+    let run = try XCTUnwrap(recorded(work).first)
+    XCTAssertEqual(run.room, "lobby")
+    XCTAssertEqual(run.author, "bob")
+    XCTAssertEqual(run.text, hostile)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: canary), "the message ran a command")
+    // The child was waited for: no zombie left behind.
+    XCTAssertTrue(
+      waitUntil(timeout: 5) {
+        (try? sh("ps -o stat= --ppid \(scene.alice.child.process.processIdentifier) || true")).map {
+          !$0.contains("Z")
+        } ?? false
+      })
+  }
+
+  /// The command runner itself with what no board sends through a post: a 64 KiB text with
+  /// newlines, escapes and control characters.
+  func testNotifyCommandPassesA64KiBTextWithNewlinesThroughTheEnvironment() throws {
+    let work = try makeTemporaryDirectory("notify-command")
+    let script = try recorder(in: work)
+    let runner = try XCTUnwrap(NotifyCommand(command: script, logger: .init(label: "test")))
+    let canary = work + "/canary"
+    var text = "alice $(touch \(canary))\nline two 'q' \"qq\" \\ \u{1B}[31m\t;touch \(canary)\n"
+    text += String(repeating: "x", count: (64 << 10) - text.utf8.count)
+    runner.run(room: "lo\nbby", author: "b$(id)ob", text: text)
+    XCTAssertTrue(waitUntil(timeout: 10) { recorded(work).count == 1 })
+    let run = try XCTUnwrap(recorded(work).first)
+    XCTAssertEqual(run.room, "lo\nbby")
+    XCTAssertEqual(run.author, "b$(id)ob")
+    XCTAssertEqual(run.text.utf8.count, 64 << 10)
+    XCTAssertEqual(run.text, text)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: canary))
+  }
+
+  func testWithoutASessionBusOneLogLineAndNothingFails() throws {
+    let runtime = try makeTemporaryDirectory("no-bus")
+    let scene = try scene(
+      alice: ["notify=all"],
+      environment: [
+        "DBUS_SESSION_BUS_ADDRESS": "unix:path=\(runtime)/nobus", "XDG_RUNTIME_DIR": runtime,
+      ])
+    let reader = try background(self, "/bin/cat", [scene.alicePath("chat/lobby")])
+    for index in 1...5 { try post("alice \(index)", to: scene.bobPath("chat/lobby")) }
+    XCTAssertTrue(waitUntil(timeout: 10) { reader.text.contains("alice 5") }, reader.text)
+    try waitForUnread(scene, "lobby 0\ntech 0\n")
+    let log = scene.alice.child.text
+    XCTAssertEqual(log.components(separatedBy: "no session bus").count - 1, 1, log)
+    XCTAssertTrue(scene.alice.child.isRunning)
+  }
+
+  /// A private session bus with python-dbusmock's notification daemon on it: the bus address
+  /// and the mock's log (one line per call), or nil (the test failed) without dbusmock.
+  private func notificationDaemon() throws -> (address: String, log: String)? {
+    let python = BundledPython.dbusmock
+    guard FileManager.default.isExecutableFile(atPath: python) else {
+      XCTFail("no dbusmock python at \(python): run scripts/test once (it makes .venv-dbusmock)")
+      return nil
+    }
+    let work = try makeTemporaryDirectory("notify-bus")
+    let address = "unix:path=\(work)/bus"
+    let bus = try background(
+      self, "/usr/bin/dbus-daemon",
+      ["--session", "--nofork", "--nopidfile", "--address=\(address)"])
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { FileManager.default.fileExists(atPath: work + "/bus") }, bus.text)
+    let log = work + "/mock.log"
+    let mock = ChildProcess(
+      python, ["-m", "dbusmock", "--session", "-t", "notification_daemon", "-l", log],
+      environment: ["DBUS_SESSION_BUS_ADDRESS": address])
+    try mock.start()
+    addTeardownBlock { mock.stop(grace: 2) }
+    XCTAssertTrue(
+      waitUntil(timeout: 15, interval: 0.1) {
+        let owned = try? shell(
+          "DBUS_SESSION_BUS_ADDRESS='\(address)' gdbus call --session --dest org.freedesktop.DBus --object-path /org/freedesktop/DBus --method org.freedesktop.DBus.NameHasOwner org.freedesktop.Notifications",
+          timeout: 5)
+        return owned?.output.contains("true") ?? false
+      }, mock.text)
+    return (address, log)
+  }
+
+  func testMentionsBecomeDesktopNotificationsOnTheSessionBusCoalescedInBursts() throws {
+    guard let (address, log) = try notificationDaemon() else { return }
+    let scene = try scene(environment: ["DBUS_SESSION_BUS_ADDRESS": address])
+    try waitForUnread(scene, "lobby 0\ntech 0\n")
+    func notifications() -> [String] {
+      ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n")
+        .filter { $0.contains("Notify ") }.map(String.init)
+    }
+    try post("not for anyone", to: scene.bobPath("chat/lobby"))
+    try post("alice: lunch? \"now\" $(not run)", to: scene.bobPath("chat/lobby"))
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { notifications().count == 1 }, notifications().joined(separator: "\n")
+    )
+    let first = try XCTUnwrap(notifications().first)
+    XCTAssertTrue(first.contains("\"bob in lobby\""), first)
+    XCTAssertTrue(first.contains("alice: lunch?"), first)
+    XCTAssertTrue(first.contains("$(not run)"), first)
+    // A flood: a few notifications, then one that sums up the rest.
+    for index in 1...40 { try post("alice flood \(index)", to: scene.bobPath("chat/tech")) }
+    XCTAssertTrue(
+      waitUntil(timeout: 15) { notifications().contains { $0.contains("more in tech") } },
+      notifications().joined(separator: "\n"))
+    _ = waitUntil(timeout: 2) { false }
+    XCTAssertLessThanOrEqual(notifications().count, 1 + 2 * DesktopNotifier.burstLimit + 4)
+  }
+}
+
+extension AwarenessTests {
+  /// Measures (and bounds, loosely: the machine is shared) how long after the room line its
+  /// event line and its notification come; `Tests/fixtures/awareness_latency.py` prints the
+  /// numbers.
+  func testEventLinesAndNotificationsFollowTheRoomLineWithinMilliseconds() throws {
+    guard let (address, log) = try notificationDaemon() else { return }
+    let rig = try MountRig.start(.multiplexTCP, for: self, mountOptions: ["uname=bob"])
+    let alice = try MountProcess(
+      address: rig.server.address, mountpoint: try makeTemporaryDirectory("alice"),
+      options: ["uname=alice"],
+      environment: [
+        "DBUS_SESSION_BUS_ADDRESS": address,
+        "XDG_STATE_HOME": try makeTemporaryDirectory("awareness-state"),
+      ])
+    addTeardownBlock { alice.stop() }
+    let script = PackagePaths.path("Tests/fixtures/awareness_latency.py")
+    let run = try shell(
+      "python3 '\(script)' '\(alice.mountpoint)' '\(rig.mountpoint)' '\(log)' 30", timeout: 90)
+    XCTAssertEqual(run.status, 0, run.output)
+    print("awareness latency (ms): \(run.output)")
+    let result = try XCTUnwrap(
+      JSONSerialization.jsonObject(with: Data(run.output.utf8)) as? [String: Any], run.output)
+    func p50(_ key: String) -> Double? {
+      ((result[key] as? [String: Any])?["p50"] as? NSNumber)?.doubleValue
+    }
+    XCTAssertLessThan(try XCTUnwrap(p50("event_after_room"), run.output), 50)
+    XCTAssertLessThan(try XCTUnwrap(p50("notify_after_room"), run.output), 100)
+  }
+}
+
+extension AwarenessTests {
+  /// A flood of 10,000 mentions (a Unix socket client: 9bbsd does not limit its posting): the
+  /// mount stays responsive, every mention streams, notify-command runs are bounded and
+  /// reaped, and the daemon's memory stays bounded.
+  func testAFloodOfTenThousandMentionsIsBoundedAndBlocksNothing() throws {
+    let work = try makeTemporaryDirectory("notify-flood")
+    let script = try recorder(in: work)
+    let scene = try scene(.multiplexUnix, alice: ["notify-command=\(script)", "notify=off"])
+    let readers = try startReaders(scene, "chat/mentions", until: "alice ready")
+    let count = 10_000
+    let lobby = scene.bobPath("chat/lobby")
+    let started = Date()
+    for chunk in stride(from: 0, to: count, by: 500) {
+      try post(
+        (chunk..<min(count, chunk + 500)).map { "alice flood \($0)" }.joined(separator: "\n"),
+        to: lobby)
+    }
+    // The mount answers at once meanwhile.
+    let listing = Date()
+    try sh("ls '\(scene.alicePath("chat"))' >/dev/null", timeout: 10)
+    XCTAssertLessThan(Date().timeIntervalSince(listing), 2)
+    for reader in readers {
+      XCTAssertTrue(
+        waitUntil(timeout: 120, interval: 0.2) {
+          reader.text.contains("alice flood \(count - 1)\n")
+        },
+        String(reader.text.suffix(500)))
+      XCTAssertEqual(
+        linesAfter("alice ready", in: reader.text).filter { $0.hasPrefix("lobby ") }.count, count)
+    }
+    print("flood of \(count) mentions streamed in \(Date().timeIntervalSince(started)) s")
+    let pid = scene.alice.child.process.processIdentifier
+    let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+    let rss = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }
+    let kilobytes =
+      Int(rss?.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+      ?? .max
+    print("mount9bbs after the flood: \(rss ?? "?"), \(recorded(work).count) notify-command runs")
+    XCTAssertLessThan(kilobytes, 400 << 10)
+    // Runs end and are reaped; a flood beyond the queue is dropped, and said so.
+    XCTAssertTrue(
+      waitUntil(timeout: 30) {
+        (try? sh("ps -o stat= --ppid \(pid) || true"))?.trimmingCharacters(
+          in: .whitespacesAndNewlines
+        )
+        .isEmpty ?? false
+      })
+    XCTAssertLessThan(recorded(work).count, count)
+    XCTAssertTrue(scene.alice.child.text.contains("dropped (too many at once)"))
+    XCTAssertTrue(scene.alice.child.isRunning)
+  }
+}
+
+/// Interpreters the tests run from the package's virtual environments.
+enum BundledPython {
+  static var dbusmock: String {
+    PackagePaths.python(
+      environment: "MOUNT9BBS_DBUSMOCK_PYTHON", fallback: ".venv-dbusmock/bin/python")
+  }
+}
+
+/// The formats of the awareness files, with what a hostile server or user can put in them.
+final class AwarenessFormatTests: XCTestCase {
+  func testEventFieldsEscapeTabsNewlinesBackslashesAndControls() {
+    let time = Date(timeIntervalSince1970: 1_795_630_801.123_9)
+    let line = EventLog.line(
+      .message(room: "lob\tby\n", author: "a\\b\u{1B}[31m\u{7F}\u{85}"), at: time)
+    XCTAssertEqual(
+      line, "2026-11-25T18:20:01.123Z\tmessage\tlob\\tby\\n\ta\\\\b\\x1b[31m\\x7f\\x85\n")
+    XCTAssertEqual(line.split(separator: "\t").count, 4)
+    XCTAssertEqual(
+      EventLog.line(.post(state: "sent", room: "lobby", reason: ""), at: time),
+      "2026-11-25T18:20:01.123Z\tpost\tsent\tlobby\t-\n")
+    XCTAssertEqual(
+      EventLog.line(.link(state: "down", reason: "connection reset"), at: time),
+      "2026-11-25T18:20:01.123Z\tlink\tdown\tconnection reset\n")
+  }
+
+  func testMentionsAreWholeWordsInAnyCase() {
+    let matcher = MentionMatcher(names: ["alice", "Deploy", "c0ffee42", ""])
+    for text in ["ALICE?", "hi alice", "(alice)", "alice's", "re: deploy now", "id C0FFEE42."] {
+      XCTAssertTrue(matcher.matches(Substring(text)), text)
+    }
+    for text in ["malice", "alicex", "redeployed", "alice_b", "c0ffee420", "", "ali ce"] {
+      XCTAssertFalse(matcher.matches(Substring(text)), text)
+    }
+    XCTAssertFalse(MentionMatcher(names: []).matches("alice"))
+  }
+
+  func testRoomLinesSplitIntoAuthorAndText() {
+    let line = RoomLine("[12:00:01] bob: alice: see: this")
+    XCTAssertEqual(line.author, "bob")
+    XCTAssertEqual(line.text, "alice: see: this")
+    XCTAssertEqual(RoomLine("no stamp or author").text, "no stamp or author")
+  }
+
+  func testUnreadRoomNamesStayOneField() throws {
+    let ledger = UnreadLedger(directory: nil, logger: .init(label: "test"))
+    ledger.add(2, to: "a room\nwith\tcontrols")
+    XCTAssertEqual(
+      String(decoding: ledger.render(rooms: ["lobby"]), as: UTF8.self),
+      "a\\x20room\\nwith\\tcontrols 2\nlobby 0\n")
+  }
+}
