@@ -125,6 +125,16 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       stateDirectory: historyDirectory, logger: logger,
       readOnce: { [remote] path, done in remote.readOnce(path, done) },
       stat: { [remote] path, done in remote.stat(path, done) })
+    // What became of posts that went through the outbox, for chat/events.
+    posts.observe { [events = awareness.events] event in
+      switch event {
+      case .queued(let room, let reason):
+        events.record(.post(state: "queued", room: room, reason: reason))
+      case .sent(let room): events.record(.post(state: "sent", room: room, reason: "-"))
+      case .failed(let room, let reason):
+        events.record(.post(state: "failed", room: room, reason: reason))
+      }
+    }
     pool.observe { state in
       if state == .up { posts.drain() }
     }

@@ -105,6 +105,8 @@ final class PostingTests: XCTestCase {
     XCTAssertEqual(try timedPost("awake", to: mnt + "/chat/post").0, 0)
     XCTAssertTrue(waitUntil(timeout: 10) { reader.text.contains("awake") }, reader.text)
     XCTAssertEqual(try shell("ls \(mnt)/chat").status, 0)  // a mount in use has listed it
+    // What became of the post, as chat/events tells it (a new open starts from now).
+    let events = try startReader("exec tail -f -s 0.2 \(mnt)/chat/events")
 
     server?.signal(SIGSTOP)
     defer { server?.signal(SIGCONT) }
@@ -132,6 +134,11 @@ final class PostingTests: XCTestCase {
     XCTAssertTrue(
       waitUntil(timeout: 20) { reader.text.contains("frozen hello") }, "never delivered")
     XCTAssertTrue(waitUntil(timeout: 10) { self.outboxLines(mnt) == [] }, "outbox not emptied")
+    XCTAssertTrue(
+      waitUntil(timeout: 10) {
+        events.text.contains("\tpost\tqueued\tlobby\t")
+          && events.text.contains("\tpost\tsent\tlobby\t-\n")
+      }, "chat/events: \(events.text)")
     XCTAssertTrue(
       waitUntil(timeout: 20) { chatTexts(tech.text) == ["frozen room", "frozen prefix"] },
       tech.text)
