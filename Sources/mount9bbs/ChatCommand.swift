@@ -11,19 +11,32 @@ struct ChatCommand: ParsableCommand {
     abstract: "Chat in one terminal: rooms, unread lines, mentions, on a mount's files.",
     discussion: """
       Opens ROOM (default: lobby) of the mount at MOUNTPOINT (default: your only mount9bbs \
-      mount) with its recent history, a "── new ──" marker where your unread lines begin, and \
+      mount) with its recent history, a "new" marker line where your unread lines begin, and \
       a fixed input line: lines that arrive never break what you type, and Enter posts the \
       line exactly as typed. Needs no root: it reads and writes the mount's files.
 
-      Keys: Enter posts; ↑/↓ input history; Tab completes nicknames and rooms; PgUp/PgDn \
-      scroll; Alt-1…9 switch rooms; Ctrl-A/E/K/U/W edit; Ctrl-C clears the line; Ctrl-D \
+      Keys: Enter posts; Up/Down input history; Tab completes nicknames and rooms; PgUp/PgDn \
+      scroll; Alt-1 to Alt-9 switch rooms; Ctrl-A/E/K/U/W edit; Ctrl-C clears the line; Ctrl-D \
       (on an empty line) leaves; Ctrl-L redraws.
       Commands: /join ROOM (/j), /rooms, /next, /prev, /users, /me TEXT, /help, /quit; \
       //text posts a line that starts with /.
 
       The status line shows the room, the other rooms with unread lines (@N: mentions), the \
       link (up, reconnecting, down; ? when the mount has no chat/events) and the outbox. \
-      NO_COLOR turns colours off. Exit status 0 after /quit, 1 when the mount went away.
+      NO_COLOR turns colours off. Other users' control characters and escape sequences are \
+      shown as text (\\x1B[31m). Exit status 0 after /quit or Ctrl-D, 1 when the mount went \
+      away (it says so), 128+N after signal N; the terminal is restored in every case.
+
+      The screen (78x14, two rooms joined, the other one has a line for you; the marker and \
+      date lines are drawn with box-drawing dashes, and a mention's >> is a guillemet):
+
+        -- Wed 25 Nov 2026 --
+        18:58:54 carol: anyone tried the new firmware?
+        -- new --
+        18:58:58 >> bob: alice: can you bring the antenna tonight?
+        18:58:58 carol: yes, after 8
+         [2:tech] | link up | outbox 0
+        > sure, the yagi
       """)
 
   @Argument(help: "The mount point (default: your only mount9bbs mount).")
