@@ -15,6 +15,9 @@ public struct ChatOptions: Sendable {
   public var outbox: Int?
   /// False with `NO_COLOR` set: attributes (bold, underline) only.
   public var colors: Bool
+  /// Whether the author your first post comes back under is taken as your name too: when
+  /// ``ownNames`` may not be what the board shows (an identity's nickname, no status).
+  public var learnsName = false
 
   public init(
     mountpoint: String, room: String?, ownNames: [String], link: LinkState?, outbox: Int?,
@@ -73,6 +76,7 @@ public enum ChatClient {
     /// Texts just posted per room: the first line back with that text names you (a board
     /// shows you by nickname or identity, which the mount's status may not know).
     var echoes: [String: String] = [:]
+    var learnsName = options.learnsName
 
     while true {
       view.draw(model)
@@ -100,8 +104,9 @@ public enum ChatClient {
         case .history(let room, let lines, let unread):
           model.showHistory(room, lines: lines, unread: unread, now: Date())
         case .line(let room, let line):
-          if let text = echoes[room], RoomLine(parsing: line[...]).text == text {
+          if learnsName, let text = echoes[room], RoomLine(parsing: line[...]).text == text {
             echoes[room] = nil
+            learnsName = false
             let author = RoomLine(parsing: line[...]).author
             if !author.isEmpty && !model.isOwn(author) { model.ownNames.append(author) }
           }

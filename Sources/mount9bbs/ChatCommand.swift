@@ -48,7 +48,7 @@ struct ChatCommand: ParsableCommand {
   @Option(
     name: .customLong("name"),
     help:
-      "Your chat name, for highlighting and mentions (default: the mount's user name or identity; learnt from your first post)."
+      "Your chat name, for highlighting and mentions (repeatable; default: the mount's user name, and with an identity the author your first post comes back under)."
   )
   var names: [String] = []
 
@@ -76,12 +76,15 @@ struct ChatCommand: ParsableCommand {
       default: nil
       }
     let colors = (ProcessInfo.processInfo.environment["NO_COLOR"] ?? "").isEmpty
+    var options = ChatOptions(
+      mountpoint: absolute, room: room, ownNames: names, link: link, outbox: report?.outbox,
+      colors: colors)
+    // A board shows an identity by the nickname its sysop gave it, which the status does not
+    // know: the author of your first post is you then.
+    options.learnsName = self.names.isEmpty && (report == nil || report?.identity != nil)
     let outcome: ChatOutcome
     do {
-      outcome = try ChatClient.run(
-        ChatOptions(
-          mountpoint: absolute, room: room, ownNames: names, link: link,
-          outbox: report?.outbox, colors: colors))
+      outcome = try ChatClient.run(options)
     } catch {
       Diagnostics.fail("mount9bbs chat: \(error)")
       throw ExitCode(1)

@@ -48,6 +48,7 @@ final class ChatModelTests: XCTestCase {
       type("//etc/passwd is a path", into: &model),
       [.post(room: "lobby", text: "/etc/passwd is a path")])
     XCTAssertEqual(type("/me waves", into: &model), [.post(room: "lobby", text: "/me waves")])
+    XCTAssertEqual(type("/j ../../etc", into: &model), [])
     XCTAssertEqual(type("/bogus", into: &model), [])
     let note = model.currentRoom?.scrollback.lines.last?.plainText ?? ""
     XCTAssertTrue(note.contains("unknown command /bogus"), note)

@@ -325,7 +325,13 @@ public struct ChatModel: Sendable {
         note("usage: /join ROOM", style: .error)
         return []
       }
-      return [.join(argument.hasPrefix("#") ? String(argument.dropFirst()) : argument)]
+      let room = argument.hasPrefix("#") ? String(argument.dropFirst()) : argument
+      // A room is a file of chat/: a path is not a room name.
+      guard !room.contains("/"), room != ".", room != ".." else {
+        note("no such room: \(room)", style: .error)
+        return []
+      }
+      return [.join(room)]
     case "/rooms": return [.listRooms]
     case "/users", "/who": return [.listUsers]
     case "/next": switchTo(rooms.isEmpty ? 0 : (current + 1) % rooms.count)
@@ -376,7 +382,8 @@ public struct ChatModel: Sendable {
     let elsewhere = Set(unreadElsewhere.filter { $0.value > 0 }.keys).union(
       mentionsElsewhere.filter { $0.value > 0 }.keys)
     for room in elsewhere.sorted() {
-      var part = "\(DisplayText.safe(room)) \(unreadElsewhere[room] ?? 0)"
+      var part = DisplayText.safe(room)
+      if let unread = unreadElsewhere[room], unread > 0 { part += " \(unread)" }
       if let mentions = mentionsElsewhere[room], mentions > 0 { part += " @\(mentions)" }
       others.append(part)
     }
