@@ -127,6 +127,26 @@ final class ChatClientTests: XCTestCase {
       rig.window.waitForScreen { self.inputRow($0) == "> bob:" }.matched, rig.window.screen())
   }
 
+  func testTheFirstLineOfAnEmptyRoomIsNewNotHistory() throws {
+    // Opening a room nobody has said anything in waits for its next line; that line is
+    // news, counted unread while another room is shown (it used to arrive as history).
+    let rig = try start { _, bob in
+      let handle = try XCTUnwrap(FileHandle(forWritingAtPath: bob.mountpoint + "/chat/lobby"))
+      try handle.write(contentsOf: Data("hello lobby\n".utf8))
+      try handle.close()
+    }
+    try rig.window.type("/j news")
+    try rig.window.press("Enter")
+    XCTAssertTrue(rig.window.waitFor("[2:news]").matched, rig.window.screen())
+    try rig.window.press("M-1")
+    XCTAssertTrue(rig.window.waitFor("[1:lobby]").matched, rig.window.screen())
+    // Past the mount's longest wait for a backlog (1.5 s), so the open is waiting for a line.
+    Thread.sleep(forTimeInterval: 2.5)
+    try rig.bobSays("first words in news", in: "news")
+    let screen = rig.window.waitFor("2:news 1").screen
+    XCTAssertTrue(screen.contains("unread: 2:news 1"), screen)
+  }
+
   func testHostileLinesAreShownAsTextEvenOnARawMount() throws {
     // rawtext: the mount passes escapes through; the client must still show them as text.
     // (9bbsd's default profile refuses such posts; its Gen-1 profile keeps them, as boards do.)
