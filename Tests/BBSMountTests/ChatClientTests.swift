@@ -147,6 +147,49 @@ final class ChatClientTests: XCTestCase {
     XCTAssertTrue(screen.contains("unread: 2:news 1"), screen)
   }
 
+  func testMentionRingsTheBellScrollingHelpAndUsers() throws {
+    // The test runner may itself run with NO_COLOR set.
+    let rig = try start(environment: "env -u NO_COLOR")
+    try rig.bobSays("a plain line")
+    XCTAssertTrue(rig.window.waitFor("bob: a plain line").matched)
+    XCTAssertFalse(rig.window.bellRang)
+    // Authors are coloured (an SGR foreground colour in what tmux shows).
+    let coloured = rig.window.screenWithAttributes()
+    XCTAssertTrue(hasForegroundColour(coloured), coloured.debugDescription)
+    try rig.bobSays("hey Alice, look")
+    XCTAssertTrue(rig.window.waitFor("» bob: hey Alice, look").matched, rig.window.screen())
+    XCTAssertTrue(waitUntil(timeout: 5) { rig.window.bellRang }, "no bell for a mention")
+    for number in 1...40 { try rig.bobSays("numbered \(number)") }
+    XCTAssertTrue(rig.window.waitFor("bob: numbered 40").matched)
+    try rig.window.press("PPage")
+    var screen = rig.window.waitFor("scrolled back (PgDn)").screen
+    XCTAssertFalse(screen.contains("numbered 40"), screen)
+    XCTAssertTrue(screen.contains("numbered 12"), screen)
+    try rig.window.press("NPage")
+    screen = rig.window.waitForScreen { !$0.contains("scrolled back") }.screen
+    XCTAssertTrue(screen.contains("numbered 40"), screen)
+    try rig.window.type("/help")
+    try rig.window.press("Enter")
+    XCTAssertTrue(
+      rig.window.waitFor("-- Enter posts the line as typed").matched, rig.window.screen())
+    try rig.window.type("/users")
+    try rig.window.press("Enter")
+    XCTAssertTrue(rig.window.waitFor("-- users: alice").matched, rig.window.screen())
+  }
+
+  func testNoColorMeansNoColours() throws {
+    let rig = try start(environment: "NO_COLOR=1")
+    try rig.bobSays("a plain line")
+    XCTAssertTrue(rig.window.waitFor("bob: a plain line").matched)
+    let screen = rig.window.screenWithAttributes()
+    XCTAssertFalse(hasForegroundColour(screen), screen)
+  }
+
+  /// Whether tmux's `capture-pane -e` output sets a foreground colour (SGR 31-36).
+  private func hasForegroundColour(_ screen: String) -> Bool {
+    screen.range(of: #"\x1B\[([0-9]+;)*3[1-6](;[0-9]+)*m"#, options: .regularExpression) != nil
+  }
+
   func testHostileLinesAreShownAsTextEvenOnARawMount() throws {
     // rawtext: the mount passes escapes through; the client must still show them as text.
     // (9bbsd's default profile refuses such posts; its Gen-1 profile keeps them, as boards do.)

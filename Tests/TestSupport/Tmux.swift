@@ -16,6 +16,7 @@ public final class TmuxWindow: @unchecked Sendable {
     ])
     try tmux(["set-option", "-g", "remain-on-exit", "on"])
     try tmux(["set-option", "-g", "escape-time", "10"])
+    try tmux(["set-option", "-g", "monitor-bell", "on"])
     try tmux(["respawn-pane", "-k", "-t", "t", command])
   }
 
@@ -72,6 +73,17 @@ public final class TmuxWindow: @unchecked Sendable {
   /// The screen with up to 100 rows that scrolled off above it, wrapped rows joined.
   public func screenWithHistory() -> String {
     (try? tmux(["capture-pane", "-p", "-J", "-S", "-100", "-t", "t"])) ?? ""
+  }
+
+  /// The screen with its colours and attributes as escape sequences (`capture-pane -e`).
+  public func screenWithAttributes() -> String {
+    (try? tmux(["capture-pane", "-p", "-e", "-t", "t"])) ?? ""
+  }
+
+  /// Whether the program rang the bell (tmux's window bell flag, set by BEL).
+  public var bellRang: Bool {
+    (try? tmux(["display-message", "-p", "-t", "t", "#{window_bell_flag}"]))?.hasPrefix("1")
+      ?? false
   }
 
   /// Waits until the screen satisfies `condition`; the last screen and whether it did.
