@@ -47,12 +47,13 @@ public enum ChatOutcome: Sendable, Equatable {
 /// feed the inbox; nothing polls on a timer, so an idle chat uses no CPU.
 public enum ChatClient {
   public static func run(_ options: ChatOptions) throws(ChatError) -> ChatOutcome {
-    guard isatty(STDIN_FILENO) == 1, isatty(STDOUT_FILENO) == 1 else { throw .notATerminal }
     let inbox = try Inbox()
     let files = MountFiles(chat: options.mountpoint + "/chat", inbox: inbox)
     let rooms = try files.roomNames()
     guard !rooms.isEmpty else { throw .noRooms(files.chat) }
     let first = options.room ?? (rooms.contains("lobby") ? "lobby" : rooms[0])
+    guard rooms.contains(first) else { throw .noSuchRoom(first, rooms) }
+    guard isatty(STDIN_FILENO) == 1, isatty(STDOUT_FILENO) == 1 else { throw .notATerminal }
 
     var model = ChatModel(ownNames: options.ownNames)
     model.knownRooms = rooms
@@ -138,6 +139,8 @@ public enum ChatClient {
         case .outbox(let count): model.outbox = count
         }
       }
+      // One bell per wake-up, however many mentions came in it (a flood rings once).
+      var rang = false
       for effect in effects {
         switch effect {
         case .post(let room, let text):
@@ -148,7 +151,9 @@ public enum ChatClient {
           files.follow(room)
         case .listRooms: files.listRooms()
         case .listUsers: files.listUsers()
-        case .bell: view.bell()
+        case .bell:
+          if !rang { view.bell() }
+          rang = true
         case .quit: return .quit
         case .redraw: view.forceRedraw()
         }

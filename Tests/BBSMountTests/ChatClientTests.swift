@@ -276,6 +276,29 @@ final class ChatClientTests: XCTestCase {
     XCTAssertTrue(rig.window.waitFor("bob: back again").matched, rig.window.screen())
   }
 
+  func testClearErrorsForAWrongRoomNoTerminalAndSeveralMounts() throws {
+    let rig = try MountRig.start(.multiplexTCP, for: self, rooms: ["lobby", "tech"])
+    let second = try rig.secondMount(for: self, options: ["uname=bob"])
+    let chat = BuiltProducts.path(of: "mount9bbs") + " chat"
+    // Before the screen is taken: a room that is not there, with the ones that are.
+    var result = try shell("\(chat) '\(rig.mountpoint)' nosuch </dev/null 2>&1")
+    XCTAssertEqual(result.status, 1, result.output)
+    XCTAssertTrue(result.output.contains("no room nosuch (rooms: lobby, tech)"), result.output)
+    result = try shell("\(chat) '\(rig.mountpoint)' lobby </dev/null 2>&1")
+    XCTAssertEqual(result.status, 1, result.output)
+    XCTAssertTrue(result.output.contains("needs a terminal"), result.output)
+    result = try shell("\(chat) '\(rig.directory)' 2>&1")
+    XCTAssertEqual(result.status, 1, result.output)
+    XCTAssertTrue(result.output.contains("is not a mount9bbs mount"), result.output)
+    // Without MOUNTPOINT and with several mounts, it names them.
+    result = try shell("\(chat) </dev/null 2>&1")
+    XCTAssertEqual(result.status, 1, result.output)
+    XCTAssertTrue(result.output.contains("say which"), result.output)
+    XCTAssertTrue(
+      result.output.contains(rig.mountpoint) && result.output.contains(second.mountpoint),
+      result.output)
+  }
+
   /// `mount9bbs chat` processes on `mountpoint`.
   private func chatPIDs(_ mountpoint: String) -> [pid_t] {
     mountDaemons(serving: mountpoint).filter { pid in

@@ -66,12 +66,15 @@ public enum ChatError: Error, CustomStringConvertible {
   case system(String, String)
   case notATerminal
   case noRooms(String)
+  case noSuchRoom(String, [String])
 
   public var description: String {
     switch self {
     case .system(let call, let reason): "\(call): \(reason)"
     case .notATerminal: "the chat needs a terminal (standard input and output are not one)"
     case .noRooms(let path): "\(path) has no chat rooms"
+    case .noSuchRoom(let room, let rooms):
+      "no room \(room) (rooms: \(rooms.joined(separator: ", ")))"
     }
   }
 }
