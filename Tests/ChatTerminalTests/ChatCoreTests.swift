@@ -211,3 +211,21 @@ final class ChatCoreTests: XCTestCase {
       ["── new ──", "l3", "l4", "l5", "l6", "l7"])
   }
 }
+
+/// What a hostile or busy room does to the pane: a long line, a full scrollback.
+final class ChatPaneLoadTests: XCTestCase {
+  func testA64KiBLineAndAFullScrollbackStayQuick() {
+    var scrollback = Scrollback(capacity: 5000)
+    for number in 0..<5000 {
+      scrollback.append(
+        StyledLine([Span("line \(number) " + String(repeating: "w ", count: 60), .plain)]),
+        width: 80)
+    }
+    scrollback.append(StyledLine([Span(String(repeating: "x", count: 65536), .plain)]), width: 80)
+    let start = Date()
+    for _ in 0..<20 { scrollback.pageUp(height: 30, width: 80) }
+    let rows = scrollback.visibleRows(height: 30, width: 80)
+    XCTAssertEqual(rows.count, 30)
+    XCTAssertLessThan(Date().timeIntervalSince(start), 5, "20 PgUps took too long")
+  }
+}

@@ -108,6 +108,10 @@ final class ChatModelTests: XCTestCase {
     let hostile = model.render(
       RoomLine(parsing: "[10:00:00] b\u{1B}[2Job: \u{1B}]0;x\u{07}\rgotcha"))
     XCTAssertFalse(hostile.plainText.unicodeScalars.contains { $0.value < 0x20 }, hostile.plainText)
+    let huge = model.render(
+      RoomLine(parsing: "[10:00:00] bob: " + String(repeating: "x", count: 65536)))
+    XCTAssertTrue(
+      huge.plainText.hasSuffix("x … [61440 more characters]"), String(huge.plainText.suffix(40)))
     let colour = model.render(RoomLine(parsing: "[10:00:00] bob: x")).spans[1].style
     XCTAssertEqual(colour, model.render(RoomLine(parsing: "[11:00:00] bob: y")).spans[1].style)
   }

@@ -216,6 +216,13 @@ public struct ChatModel: Sendable {
   /// A room line as the pane shows it: stamp, author in their colour (yours highlighted),
   /// text; a mention marked `»`; `/me` as `* author text`; control characters visible.
   public func render(_ line: RoomLine) -> StyledLine {
+    // A line a board could never send (theirs stop at 255 bytes) from a hostile server is
+    // cut, so wrapping it on every redraw stays cheap.
+    var line = line
+    if line.text.count > Self.longestText {
+      let more = line.text.count - Self.longestText
+      line.text = String(line.text.prefix(Self.longestText)) + " … [\(more) more characters]"
+    }
     guard !line.author.isEmpty else {
       return StyledLine([Span(DisplayText.safe(line.text), .plain)])
     }
@@ -239,6 +246,9 @@ public struct ChatModel: Sendable {
         Span(DisplayText.safe(line.text), textStyle),
       ], hangingIndent: indent)
   }
+
+  /// The most characters of a line the pane shows.
+  public static let longestText = 4096
 
   static func dayNumber(_ date: Date) -> Int {
     let offset = TimeZone.current.secondsFromGMT(for: date)

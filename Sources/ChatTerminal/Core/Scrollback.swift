@@ -48,14 +48,16 @@ public struct Scrollback: Sendable {
 
   /// Up to `count` rows, counted from the bottom, top to bottom.
   public func rowsFromBottom(count: Int, width: Int) -> [Row] {
-    var collected: [Row] = []
+    // Collected bottom up and turned once (inserting at the front each time is quadratic on
+    // a long PgUp).
+    var reversed: [Row] = []
     let all = logicalLines()
     var index = all.count - 1
-    while index >= 0 && collected.count < count {
-      collected.insert(contentsOf: Wrapping.rows(of: all[index], width: width), at: 0)
+    while index >= 0 && reversed.count < count {
+      reversed.append(contentsOf: Wrapping.rows(of: all[index], width: width).reversed())
       index -= 1
     }
-    return collected.count > count ? Array(collected.suffix(count)) : collected
+    return Array(reversed.prefix(count).reversed())
   }
 
   /// The rows the pane shows, top to bottom (fewer than `height` when the room is short).
