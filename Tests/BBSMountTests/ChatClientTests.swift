@@ -78,7 +78,18 @@ final class ChatClientTests: XCTestCase {
         (try? rig.roomText())?.contains("alice: " + tricky + "\n") ?? false
       },
       (try? rig.roomText()) ?? "")
-    // ↑ brings it back; Ctrl-C clears it unsent.
+    // UTF-8, wide characters and combining marks are typed and posted as they are.
+    let unicode = "héllo 日本 e\u{301}"
+    try rig.window.type(unicode)
+    try rig.window.press("Enter")
+    XCTAssertTrue(
+      waitUntil(timeout: 10) {
+        (try? rig.roomText())?.contains("alice: " + unicode + "\n") ?? false
+      }, (try? rig.roomText()) ?? "")
+    // ↑ brings lines back, newest first; Ctrl-C clears the line unsent.
+    try rig.window.press("Up")
+    let unicodeRecalled = rig.window.waitForScreen { self.inputRow($0) == "> " + unicode }
+    XCTAssertTrue(unicodeRecalled.matched, unicodeRecalled.screen)
     try rig.window.press("Up")
     let recalled = rig.window.waitForScreen { self.inputRow($0) == "> " + tricky }
     XCTAssertTrue(recalled.matched, recalled.screen)
