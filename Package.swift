@@ -34,6 +34,8 @@ let package = Package(
       name: "CSdBus", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
     .systemLibrary(
       name: "CAvahi", pkgConfig: "avahi-client", providers: [.apt(["libavahi-client-dev"])]),
+    .systemLibrary(
+      name: "CNcursesw", pkgConfig: "ncursesw", providers: [.apt(["libncursesw-dev"])]),
 
     // Pure 9P2000 codec: messages, qids, stats, error strings <-> errno. No I/O.
     .target(name: "NinePProtocol"),
@@ -93,6 +95,12 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
       ]),
 
+    // `mount9bbs chat`: a one-terminal chat client on a mount's files. A pure core (editing,
+    // completion, wrapping, scrollback, the files' formats) and an ncursesw view.
+    .target(
+      name: "ChatTerminal",
+      dependencies: ["CNcursesw", "BBSMount"]),
+
     // A user-space link emulator (delay, rate, SDU size) between clients and a server socket.
     .target(name: "LinkEmulation", dependencies: ["NinePTransport"]),
 
@@ -101,7 +109,7 @@ let package = Package(
       name: "Mount9BBSCommand",
       dependencies: [
         "BBSMount", "FuseKit", "BBSServer", "NinePClient", "NinePTransport", "BBSDiscovery",
-        "BBSIdentity", "CSdBus",
+        "BBSIdentity", "CSdBus", "ChatTerminal",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ],
@@ -148,6 +156,9 @@ let package = Package(
       dependencies: [
         "BBSMount", "FuseKit", "NinePClient", "BBSServer", "BBSIdentity", "TestSupport",
       ]),
+    .testTarget(
+      name: "ChatTerminalTests",
+      dependencies: ["ChatTerminal", "BBSMount", "TestSupport"]),
     .testTarget(
       name: "BBSDiscoveryTests",
       dependencies: ["BBSDiscovery", "BBSIdentity", "NinePTransport", "TestSupport"]),

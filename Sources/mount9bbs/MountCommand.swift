@@ -63,6 +63,7 @@ struct Mount9BBS: ParsableCommand {
       mount9bbs [mount] --local [-f] MOUNTPOINT
       mount9bbs unmount [--force] MOUNTPOINT     (or: mount9bbs -u MOUNTPOINT)
       mount9bbs status [MOUNTPOINT] [--json]
+      mount9bbs chat [MOUNTPOINT] [ROOM]
       mount9bbs scan [--timeout S] [--json] [--feature F] [--lan]
       mount9bbs keygen [--type ed25519|p256] [--file PATH] [--show]
       mount9bbs help [SUBCOMMAND]
@@ -83,7 +84,7 @@ struct Mount9BBS: ParsableCommand {
     version: ProductVersion.current,
     subcommands: [
       MountCommand.self, UnmountCommand.self, StatusCommand.self, ScanCommand.self,
-      KeygenCommand.self,
+      KeygenCommand.self, ChatCommand.self,
     ],
     defaultSubcommand: MountCommand.self)
 }

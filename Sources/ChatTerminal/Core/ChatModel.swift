@@ -1,0 +1,407 @@
+import Foundation
+
+/// A key as the client handles it (the view turns curses' codes into these).
+public enum Key: Sendable, Equatable {
+  case character(Character)
+  case enter, tab, backspace, delete, left, right, home, end, up, down, pageUp, pageDown
+  case wordLeft, wordRight, deleteWord, deleteToStart, deleteToEnd
+  /// Ctrl-C: clears the input line.
+  case interrupt
+  /// Ctrl-D: leaves (on an empty line), else deletes forward.
+  case endOfInput
+  /// Ctrl-L: redraws.
+  case redraw
+  /// Alt plus a key (Alt-1…9 switch rooms).
+  case alt(Character)
+}
+
+/// What the client must do after a key: the model itself does no I/O.
+public enum Effect: Sendable, Equatable {
+  case post(room: String, text: String)
+  /// Open a room and show it (it may not exist: the I/O side says so).
+  case join(String)
+  /// Read `chat/unread` and the room list, then call ``ChatModel/showRooms(_:unread:)``.
+  case listRooms
+  /// Read `chat/users`, then call ``ChatModel/showUsers(_:)``.
+  case listUsers
+  case bell
+  case quit
+  case redraw
+}
+
+/// One joined room.
+public struct JoinedRoom: Sendable {
+  public let name: String
+  public var scrollback = Scrollback()
+  /// Lines that arrived while another room was shown.
+  public var unread = 0
+  /// Of those, the ones that mention you.
+  public var mentions = 0
+  /// The day (days since 1970, local) of the last line shown, for date lines.
+  var lastDay: Int?
+  var lastStamp: Int?
+  /// Whether its history (what the room file held at open) has been shown.
+  public var historyShown = false
+
+  init(name: String) { self.name = name }
+}
+
+/// The chat client's state: joined rooms, the input line, what the status line says. Pure:
+/// lines and file contents come in through its methods, keys go in through ``handle(_:)``,
+/// and what to do comes out as ``Effect``s.
+public struct ChatModel: Sendable {
+  /// Names that are you (your user name, nickname, identity): highlighted, and mentions.
+  public var ownNames: [String]
+  public private(set) var rooms: [JoinedRoom] = []
+  public private(set) var current = 0
+  /// Every room of the mount (its listing).
+  public var knownRooms: [String] = []
+  /// `chat/unread` counts of rooms not joined.
+  public var unreadElsewhere: [String: Int] = [:]
+  /// Mentions (from `chat/mentions`) in rooms not joined.
+  public var mentionsElsewhere: [String: Int] = [:]
+  public var users: [String] = []
+  /// Authors seen, newest last (for completion).
+  public private(set) var recentAuthors: [String] = []
+  /// nil: unknown (a mount without `chat/events`).
+  public var link: LinkState?
+  /// nil: unknown (a mount without `chat/outbox` or status).
+  public var outbox: Int?
+  public var editor = LineEditor()
+  var completer = Completer()
+  /// The pane's size, set by the view.
+  public var paneWidth = 80
+  public var paneHeight = 20
+  /// A note for the status line (the mount went away, a post failed).
+  public var alert: String?
+
+  public init(ownNames: [String]) { self.ownNames = ownNames.filter { !$0.isEmpty } }
+
+  public var currentRoom: JoinedRoom? { rooms.indices.contains(current) ? rooms[current] : nil }
+
+  // MARK: Lines in
+
+  /// Joins `room` (or switches to it if joined); returns its index.
+  @discardableResult
+  public mutating func join(_ room: String) -> Int {
+    if let index = rooms.firstIndex(where: { $0.name == room }) {
+      switchTo(index)
+      return index
+    }
+    rooms.append(JoinedRoom(name: room))
+    unreadElsewhere[room] = nil
+    mentionsElsewhere[room] = nil
+    switchTo(rooms.count - 1)
+    return rooms.count - 1
+  }
+
+  /// Leaves a room that could not be opened (`/join nosuch`), with a note why.
+  public mutating func dropRoom(_ room: String, reason: String) {
+    guard let index = rooms.firstIndex(where: { $0.name == room }) else { return }
+    rooms.remove(at: index)
+    current = min(max(0, current >= index ? current - 1 : current), max(0, rooms.count - 1))
+    note(reason, style: .error)
+  }
+
+  /// What the room file held when opened: the room's recent history. `unread` (from
+  /// `chat/unread`, nil when the mount has none) places the "── new ──" marker.
+  public mutating func showHistory(_ room: String, lines: [String], unread: Int?, now: Date) {
+    guard let index = rooms.firstIndex(where: { $0.name == room }) else { return }
+    let parsed = lines.map { RoomLine(parsing: $0[...]) }
+    // Stamps carry no date: count the times they go back (midnight) to date older lines.
+    var wraps = 0
+    var previous: Int?
+    for line in parsed.reversed() {
+      if let seconds = line.stampSeconds {
+        if let later = previous, seconds > later { wraps += 1 }
+        previous = seconds
+      }
+    }
+    var day = Self.dayNumber(now) - wraps
+    previous = nil
+    // The marker goes before the first unread line (and before its date line, if any).
+    let firstUnread = unread.flatMap { $0 > 0 ? max(0, parsed.count - $0) : nil }
+    var markerFromEnd: Int?
+    for (number, line) in parsed.enumerated() {
+      if let seconds = line.stampSeconds {
+        if let earlier = previous, seconds < earlier { day += 1 }
+        previous = seconds
+      }
+      if number == firstUnread { markerFromEnd = rooms[index].scrollback.lines.count }
+      add(line, to: index, day: day, live: false)
+      if let start = markerFromEnd, number == parsed.count - 1 {
+        markerFromEnd = rooms[index].scrollback.lines.count - start
+      }
+    }
+    rooms[index].historyShown = true
+    rooms[index].scrollback.markUnread(last: markerFromEnd)
+  }
+
+  /// A line that arrived live. Returns true when it mentions you (the view rings the bell).
+  @discardableResult
+  public mutating func receive(_ room: String, line: String, now: Date) -> Bool {
+    guard let index = rooms.firstIndex(where: { $0.name == room }) else { return false }
+    let parsed = RoomLine(parsing: line[...])
+    let mention = isMention(parsed)
+    if index != current {
+      if rooms[index].unread == 0 { rooms[index].scrollback.markFromHere() }
+      rooms[index].unread += 1
+      if mention { rooms[index].mentions += 1 }
+    }
+    add(parsed, to: index, day: Self.dayNumber(now), live: true)
+    return mention
+  }
+
+  /// A line of `chat/mentions`: counted for a room not joined (a joined room counts its own).
+  public mutating func receiveMention(room: String) {
+    guard !rooms.contains(where: { $0.name == room }) else { return }
+    mentionsElsewhere[room, default: 0] += 1
+  }
+
+  /// A note of the client's own in the current room (or the first).
+  public mutating func note(_ text: String, style: TextStyle = .notice) {
+    guard !rooms.isEmpty else { return }
+    append(StyledLine([Span("-- " + DisplayText.safe(text), style)], hangingIndent: 3), to: current)
+  }
+
+  public mutating func showRooms(_ names: [String], unread: [String: Int]) {
+    knownRooms = names
+    for (room, count) in unread where !rooms.contains(where: { $0.name == room }) {
+      unreadElsewhere[room] = count
+    }
+    var parts: [String] = []
+    for name in names {
+      var part = name
+      if let joined = rooms.firstIndex(where: { $0.name == name }) {
+        part = "\(joined + 1):" + name
+        if rooms[joined].unread > 0 { part += " (\(rooms[joined].unread) unread)" }
+      } else if let count = unread[name], count > 0 {
+        part += " (\(count) unread)"
+      }
+      parts.append(part)
+    }
+    note("rooms: " + (parts.isEmpty ? "none" : parts.joined(separator: ", ")))
+  }
+
+  public mutating func showUsers(_ names: [String]) {
+    users = names
+    note("users: " + (names.isEmpty ? "nobody" : names.joined(separator: ", ")))
+  }
+
+  func isMention(_ line: RoomLine) -> Bool {
+    !line.author.isEmpty && !isOwn(line.author) && Mentions.mentions(line.text, names: ownNames)
+  }
+
+  func isOwn(_ author: String) -> Bool {
+    ownNames.contains { $0.caseInsensitiveCompare(author) == .orderedSame }
+  }
+
+  private mutating func add(_ line: RoomLine, to index: Int, day: Int, live: Bool) {
+    if rooms[index].lastDay != day {
+      rooms[index].lastDay = day
+      append(StyledLine([Span("── " + Self.dateText(day: day) + " ──", .marker)]), to: index)
+    }
+    if !line.author.isEmpty {
+      recentAuthors.removeAll { $0 == line.author }
+      recentAuthors.append(line.author)
+      if recentAuthors.count > 200 { recentAuthors.removeFirst() }
+    }
+    append(render(line), to: index)
+  }
+
+  private mutating func append(_ line: StyledLine, to index: Int) {
+    rooms[index].scrollback.append(line, width: paneWidth)
+  }
+
+  /// A room line as the pane shows it: stamp, author in their colour (yours highlighted),
+  /// text; a mention marked `»`; `/me` as `* author text`; control characters visible.
+  public func render(_ line: RoomLine) -> StyledLine {
+    // A line a board could never send (theirs stop at 255 bytes) from a hostile server is
+    // cut, so wrapping it on every redraw stays cheap.
+    var line = line
+    if line.text.count > Self.longestText {
+      let more = line.text.count - Self.longestText
+      line.text = String(line.text.prefix(Self.longestText)) + " … [\(more) more characters]"
+    }
+    guard !line.author.isEmpty else {
+      return StyledLine([Span(DisplayText.safe(line.text), .plain)])
+    }
+    let mention = isMention(line)
+    let stamp = DisplayText.safe(line.stamp) + (mention ? " » " : " ")
+    let authorStyle: TextStyle =
+      isOwn(line.author) ? .ownName : .author(AuthorColors.index(for: line.author))
+    let author = DisplayText.safe(line.author)
+    let textStyle: TextStyle = mention ? .mention : .plain
+    let indent = DisplayText.width(of: stamp)
+    if line.isAction {
+      return StyledLine(
+        [
+          Span(stamp, .stamp), Span("* ", textStyle), Span(author, authorStyle),
+          Span(" " + DisplayText.safe(String(line.text.dropFirst(4))), textStyle),
+        ], hangingIndent: indent)
+    }
+    return StyledLine(
+      [
+        Span(stamp, .stamp), Span(author, authorStyle), Span(": ", .plain),
+        Span(DisplayText.safe(line.text), textStyle),
+      ], hangingIndent: indent)
+  }
+
+  /// The most characters of a line the pane shows.
+  public static let longestText = 4096
+
+  static func dayNumber(_ date: Date) -> Int {
+    let offset = TimeZone.current.secondsFromGMT(for: date)
+    return Int(((date.timeIntervalSince1970 + Double(offset)) / 86400).rounded(.down))
+  }
+
+  static func dateText(day: Int) -> String {
+    let formatter = DateFormatter()
+    formatter.locale = Locale(identifier: "en_US_POSIX")
+    formatter.timeZone = TimeZone(secondsFromGMT: 0)
+    formatter.dateFormat = "EEE d MMM yyyy"
+    return formatter.string(from: Date(timeIntervalSince1970: Double(day) * 86400))
+  }
+
+  // MARK: Keys in
+
+  public mutating func switchTo(_ index: Int) {
+    guard rooms.indices.contains(index) else { return }
+    current = index
+    rooms[index].unread = 0
+    rooms[index].mentions = 0
+  }
+
+  /// Handles one key; the returned effects are for the I/O side.
+  public mutating func handle(_ key: Key) -> [Effect] {
+    if key != .tab { completer.reset() }
+    switch key {
+    case .character(let character): editor.insert(String(character))
+    case .enter: return submit()
+    case .tab:
+      let nicknames = users + recentAuthors.reversed()
+      if !completer.complete(&editor, nicknames: nicknames, rooms: knownRooms + rooms.map(\.name)) {
+        return [.bell]
+      }
+    case .backspace: editor.deleteBackward()
+    case .delete: editor.deleteForward()
+    case .left: editor.moveLeft()
+    case .right: editor.moveRight()
+    case .home: editor.moveToStart()
+    case .end: editor.moveToEnd()
+    case .up: editor.historyUp()
+    case .down: editor.historyDown()
+    case .wordLeft: editor.moveWordLeft()
+    case .wordRight: editor.moveWordRight()
+    case .deleteWord: editor.deleteWordBackward()
+    case .deleteToStart: editor.deleteToStart()
+    case .deleteToEnd: editor.deleteToEnd()
+    case .interrupt: editor.clear()
+    case .endOfInput:
+      if editor.characters.isEmpty { return [.quit] }
+      editor.deleteForward()
+    case .redraw: return [.redraw]
+    case .pageUp:
+      if current < rooms.count {
+        rooms[current].scrollback.pageUp(height: paneHeight, width: paneWidth)
+      }
+    case .pageDown:
+      if current < rooms.count { rooms[current].scrollback.pageDown(height: paneHeight) }
+    case .alt(let character):
+      if let digit = character.wholeNumberValue, digit >= 1, digit <= 9 {
+        guard digit <= rooms.count else { return [.bell] }
+        switchTo(digit - 1)
+      } else if character == "b" {
+        editor.moveWordLeft()
+      } else if character == "f" {
+        editor.moveWordRight()
+      }
+    }
+    return []
+  }
+
+  /// Enter: a command, or the line posted exactly as typed to the room shown.
+  private mutating func submit() -> [Effect] {
+    let line = editor.submit()
+    guard !line.isEmpty else { return [] }
+    if line.hasPrefix("//") { return post(String(line.dropFirst())) }
+    guard line.hasPrefix("/") else { return post(line) }
+    let parts = line.split(separator: " ", maxSplits: 1)
+    let command = parts[0]
+    let argument = parts.count > 1 ? parts[1].trimmingCharacters(in: .whitespaces) : ""
+    switch command {
+    case "/join", "/j":
+      guard !argument.isEmpty else {
+        note("usage: /join ROOM", style: .error)
+        return []
+      }
+      let room = argument.hasPrefix("#") ? String(argument.dropFirst()) : argument
+      // A room is a file of chat/: a path is not a room name.
+      guard !room.contains("/"), room != ".", room != ".." else {
+        note("no such room: \(room)", style: .error)
+        return []
+      }
+      return [.join(room)]
+    case "/rooms": return [.listRooms]
+    case "/users", "/who": return [.listUsers]
+    case "/next": switchTo(rooms.isEmpty ? 0 : (current + 1) % rooms.count)
+    case "/prev": switchTo(rooms.isEmpty ? 0 : (current + rooms.count - 1) % rooms.count)
+    case "/quit", "/exit", "/q": return [.quit]
+    case "/help": for text in Self.help { note(text) }
+    case "/me":
+      // Posted as typed: other readers see `/me waves`, this client shows `* you waves`.
+      guard !argument.isEmpty else { return [] }
+      return post(line)
+    default:
+      note(
+        "unknown command \(command) (/help lists them; //text posts a line starting with /)",
+        style: .error)
+    }
+    return []
+  }
+
+  private mutating func post(_ text: String) -> [Effect] {
+    guard let room = currentRoom else { return [] }
+    rooms[current].scrollback.scrollToBottom()
+    return [.post(room: room.name, text: text)]
+  }
+
+  public static let help = [
+    "Enter posts the line as typed; //text posts a line starting with /.",
+    "/join ROOM (/j)  open a room      /rooms  rooms and unread counts",
+    "/next, /prev, Alt-1…9  switch      /users  who is here",
+    "/me TEXT  an action               /quit, Ctrl-D  leave",
+    "Tab completes names and rooms; ↑/↓ history; PgUp/PgDn scroll; Ctrl-C clears the line.",
+  ]
+
+  // MARK: Status line
+
+  /// The status line: the room shown, other rooms with unread lines (`@N`: mentions), the
+  /// link, the outbox, and how far back the view is scrolled.
+  public func statusLine() -> String {
+    var parts: [String] = []
+    if let room = currentRoom {
+      parts.append("[\(current + 1):\(DisplayText.safe(room.name))]")
+    }
+    var others: [String] = []
+    for (index, room) in rooms.enumerated() where index != current && room.unread > 0 {
+      var part = "\(index + 1):\(DisplayText.safe(room.name)) \(room.unread)"
+      if room.mentions > 0 { part += " @\(room.mentions)" }
+      others.append(part)
+    }
+    let elsewhere = Set(unreadElsewhere.filter { $0.value > 0 }.keys).union(
+      mentionsElsewhere.filter { $0.value > 0 }.keys)
+    for room in elsewhere.sorted() {
+      var part = DisplayText.safe(room)
+      if let unread = unreadElsewhere[room], unread > 0 { part += " \(unread)" }
+      if let mentions = mentionsElsewhere[room], mentions > 0 { part += " @\(mentions)" }
+      others.append(part)
+    }
+    if !others.isEmpty { parts.append("unread: " + others.joined(separator: ", ")) }
+    parts.append("link " + (link?.rawValue ?? "?"))
+    if let outbox { parts.append("outbox \(outbox)") }
+    if let room = currentRoom, room.scrollback.offset > 0 { parts.append("scrolled back (PgDn)") }
+    if let alert { parts.append(DisplayText.safe(alert)) }
+    return " " + parts.joined(separator: " | ")
+  }
+}
