@@ -11,13 +11,19 @@ public final class TmuxWindow: @unchecked Sendable {
   public init(_ command: String, width: Int = 100, height: Int = 30) throws {
     directory = try makeTemporaryDirectory("tmux-test")
     socket = directory + "/tmux.sock"
-    try tmux([
-      "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "\(width)", "-y", "\(height)", "sh",
-    ])
-    try tmux(["set-option", "-g", "remain-on-exit", "on"])
-    try tmux(["set-option", "-g", "escape-time", "10"])
-    try tmux(["set-option", "-g", "monitor-bell", "on"])
-    try tmux(["respawn-pane", "-k", "-t", "t", command])
+    do {
+      try tmux([
+        "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "\(width)", "-y", "\(height)",
+        "sh",
+      ])
+      try tmux(["set-option", "-g", "remain-on-exit", "on"])
+      try tmux(["set-option", "-g", "escape-time", "10"])
+      try tmux(["set-option", "-g", "monitor-bell", "on"])
+      try tmux(["respawn-pane", "-k", "-t", "t", command])
+    } catch {
+      stop()  // a server that started must not outlive a failed set-up
+      throw error
+    }
   }
 
   @discardableResult

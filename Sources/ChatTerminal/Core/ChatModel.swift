@@ -39,7 +39,6 @@ public struct JoinedRoom: Sendable {
   public var mentions = 0
   /// The day (days since 1970, local) of the last line shown, for date lines.
   var lastDay: Int?
-  var lastStamp: Int?
   /// Whether its history (what the room file held at open) has been shown.
   public var historyShown = false
 
@@ -128,7 +127,7 @@ public struct ChatModel: Sendable {
         previous = seconds
       }
       if number == firstUnread { markerFromEnd = rooms[index].scrollback.lines.count }
-      add(line, to: index, day: day, live: false)
+      add(line, to: index, day: day)
       if let start = markerFromEnd, number == parsed.count - 1 {
         markerFromEnd = rooms[index].scrollback.lines.count - start
       }
@@ -148,7 +147,7 @@ public struct ChatModel: Sendable {
       rooms[index].unread += 1
       if mention { rooms[index].mentions += 1 }
     }
-    add(parsed, to: index, day: Self.dayNumber(now), live: true)
+    add(parsed, to: index, day: Self.dayNumber(now))
     return mention
   }
 
@@ -196,7 +195,7 @@ public struct ChatModel: Sendable {
     ownNames.contains { $0.caseInsensitiveCompare(author) == .orderedSame }
   }
 
-  private mutating func add(_ line: RoomLine, to index: Int, day: Int, live: Bool) {
+  private mutating func add(_ line: RoomLine, to index: Int, day: Int) {
     if rooms[index].lastDay != day {
       rooms[index].lastDay = day
       append(StyledLine([Span("── " + Self.dateText(day: day) + " ──", .marker)]), to: index)
