@@ -163,7 +163,7 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
       unread += 1
       let mentioned = matcher.matches(parsed.text)
       if mentioned {
-        mentionStreams.publish(Array("\(EventLog.escaped(feed.room)) \(line)\n".utf8))
+        mentionStreams.publish(Array("\(EventLog.roomField(feed.room)) \(line)\n".utf8))
         events.record(.mention(room: feed.room, author: parsed.author))
         command?.run(room: feed.room, author: parsed.author, text: String(parsed.text))
       }

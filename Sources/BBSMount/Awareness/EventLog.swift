@@ -69,6 +69,12 @@ public final class EventLog: Sendable {
     return result
   }
 
+  /// A room name as the first field of a space-separated line (`chat/unread`,
+  /// `chat/mentions`): escaped as an event field, and a space written `\x20`.
+  static func roomField(_ room: String) -> String {
+    escaped(room).replacing(" ", with: "\\x20")
+  }
+
   /// UTC ISO 8601 with milliseconds: `2026-11-25T18:20:01.123Z`.
   static func timestamp(_ date: Date) -> String {
     let interval = date.timeIntervalSince1970

@@ -60,7 +60,7 @@ final class UnreadLedger: @unchecked Sendable {
     let counts = all
     let names = rooms.union(counts.filter { $0.value > 0 }.keys).sorted()
     return Array(
-      names.map { "\(EventLog.escaped($0).replacing(" ", with: "\\x20")) \(counts[$0] ?? 0)\n" }
+      names.map { "\(EventLog.roomField($0)) \(counts[$0] ?? 0)\n" }
         .joined().utf8)
   }
 
