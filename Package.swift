@@ -35,7 +35,7 @@ let package = Package(
     .systemLibrary(
       name: "CAvahi", pkgConfig: "avahi-client", providers: [.apt(["libavahi-client-dev"])]),
     .systemLibrary(
-      name: "CNcursesw", pkgConfig: "ncursesw", providers: [.apt(["libncursesw-dev"])]),
+      name: "CNcursesw", pkgConfig: "ncursesw", providers: [.apt(["libncurses-dev"])]),
 
     // Pure 9P2000 codec: messages, qids, stats, error strings <-> errno. No I/O.
     .target(name: "NinePProtocol"),
