@@ -84,7 +84,7 @@ extension Session {
       case .failure(let error):
         completion(.failure(error))
       case .success(let result):
-        step(result.fid) { [self] opened in
+        Self.stepping(result.fid, step, waitingFor: Self.transientWaits[...]) { [self] opened in
           switch opened {
           case .failure(let error):
             clunk(result.fid)
@@ -93,6 +93,35 @@ extension Session {
             completion(.success(OpenedFid(fid: result.fid, opened: info)))
           }
         }
+      }
+    }
+  }
+
+  /// How long an open the server refused for now waits before each new try (about 1.5 s in
+  /// all): a files area at its cap of open files is usually waiting for closes of ours that
+  /// are still on their way (the kernel releases a closed file after `close` returns), and
+  /// open(2) with EAGAIN is an answer programs do not expect of a file.
+  static let transientWaits: [Duration] = [10, 20, 40, 80, 160, 320, 500, 500].map {
+    .milliseconds($0)
+  }
+
+  /// Runs `step` on `fid`, again after each of `waits` while the server answers "resource
+  /// temporarily unavailable" (EAGAIN); the last answer is the result.
+  private static func stepping(
+    _ fid: Fid,
+    _ step:
+      @escaping @Sendable (
+        Fid, @escaping @Sendable (Result<OpenResult, NinePError>) -> Void
+      ) -> Void,
+    waitingFor waits: ArraySlice<Duration>,
+    completion: @escaping @Sendable (Result<OpenResult, NinePError>) -> Void
+  ) {
+    step(fid) { result in
+      guard case .failure(let error) = result, case .server = error, error.errno == EAGAIN,
+        let wait = waits.first
+      else { return completion(result) }
+      DispatchQueue.global().asyncAfter(deadline: .now() + wait.timeInterval) {
+        stepping(fid, step, waitingFor: waits.dropFirst(), completion: completion)
       }
     }
   }
