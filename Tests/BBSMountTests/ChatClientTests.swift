@@ -287,6 +287,85 @@ final class ChatClientTests: XCTestCase {
     XCTAssertTrue(rig.window.waitFor("bob: back again").matched, rig.window.screen())
   }
 
+  // MARK: The mount's awareness files, as the chat reads them
+
+  func testTheNewMarkerAtStartComesFromChatUnread() throws {
+    // Lines said while the chat was not running (alice's mount counts them in chat/unread)
+    // are below the marker when it opens; what alice had read is above it.
+    let rig = try start { mount, bob in
+      let lobby = bob.mountpoint + "/chat/lobby"
+      try sh("echo 'read before' > '\(lobby)'")
+      _ = try sh("timeout 10 tail -n 1 '\(mount.mountpoint)/chat/lobby'")
+      try sh("echo 'while away 1' > '\(lobby)'; echo 'while away 2' > '\(lobby)'")
+      let unread = mount.mountpoint + "/chat/unread"
+      XCTAssertTrue(
+        waitUntil(timeout: 10) { ((try? sh("cat '\(unread)'")) ?? "").contains("lobby 2\n") },
+        (try? sh("cat '\(unread)'")) ?? "")
+    }
+    let screen = rig.window.waitFor("bob: while away 2").screen
+    let rows = screen.split(separator: "\n").map(String.init)
+    let marker = try XCTUnwrap(rows.firstIndex { $0.contains("── new ──") }, screen)
+    XCTAssertTrue(rows[marker - 1].hasSuffix("bob: read before"), screen)
+    XCTAssertTrue(rows[marker + 1].hasSuffix("bob: while away 1"), screen)
+    XCTAssertTrue(rows[marker + 2].hasSuffix("bob: while away 2"), screen)
+  }
+
+  func testMentionsAndUnreadInRoomsNotOpenAndRoomsWithCounts() throws {
+    // news is never opened by the chat: its counts come from chat/events, chat/mentions and
+    // chat/unread alone.
+    let rig = try start()
+    try rig.bobSays("nothing for you", in: "news")
+    var screen = rig.window.waitFor("unread: news 1").screen
+    XCTAssertFalse(rig.window.bellRang, screen)
+    try rig.bobSays("alice, look at this", in: "news")
+    screen = rig.window.waitFor("unread: news 2 @1").screen
+    XCTAssertTrue(screen.contains("unread: news 2 @1"), screen)
+    XCTAssertTrue(waitUntil(timeout: 5) { rig.window.bellRang }, "no bell for a mention in news")
+    try rig.window.type("/rooms")
+    try rig.window.press("Enter")
+    screen = rig.window.waitFor("rooms: 1:lobby, news (2 unread), tech").screen
+    XCTAssertTrue(screen.contains("rooms: 1:lobby, news (2 unread), tech"), screen)
+    // Joining news shows its lines, the marker before the unread ones, and clears the counts.
+    try rig.window.type("/j news")
+    try rig.window.press("Enter")
+    screen = rig.window.waitFor("bob: alice, look at this").screen
+    let rows = screen.split(separator: "\n").map(String.init)
+    let marker = try XCTUnwrap(rows.firstIndex { $0.contains("── new ──") }, screen)
+    // The marker goes above the date line of the first unread line.
+    let firstUnread = rows[(marker + 1)...].first { !$0.hasPrefix("── ") } ?? ""
+    XCTAssertTrue(firstUnread.hasSuffix("bob: nothing for you"), screen)
+    let status = rows.first { $0.hasPrefix(" [2:news]") } ?? ""
+    XCTAssertFalse(status.contains("unread:"), screen)
+  }
+
+  func testTheLinkAndTheOutboxInTheStatusLine() throws {
+    let rig = try start()
+    XCTAssertTrue(rig.window.waitFor("link up | outbox 0").matched, rig.window.screen())
+    // A frozen server: the post waits in the outbox (its write returns after 2 s).
+    rig.mount.server.child.signal(SIGSTOP)
+    var frozen = true
+    defer { if frozen { rig.mount.server.child.signal(SIGCONT) } }
+    try rig.window.type("sent while frozen")
+    try rig.window.press("Enter")
+    XCTAssertTrue(rig.window.waitFor("outbox 1").matched, rig.window.screen())
+    rig.mount.server.child.signal(SIGCONT)
+    frozen = false
+    XCTAssertTrue(rig.window.waitFor("alice: sent while frozen", timeout: 20).matched)
+    XCTAssertTrue(rig.window.waitFor("link up | outbox 0").matched, rig.window.screen())
+    // The server gone: reconnecting; back where it was: up again.
+    let address = rig.mount.server.address
+    rig.mount.server.stop()
+    var screen = rig.window.waitForScreen(timeout: 15) {
+      $0.contains("link reconnecting") || $0.contains("link down")
+    }.screen
+    XCTAssertTrue(screen.contains("link reconnecting") || screen.contains("link down"), screen)
+    let again = try ServerProcess(
+      transport: "tcp", rooms: ["lobby", "tech", "news"], listen: address)
+    addTeardownBlock { again.stop() }
+    screen = rig.window.waitFor("link up", timeout: 20).screen
+    XCTAssertTrue(screen.contains("link up | outbox 0"), screen)
+  }
+
   func testClearErrorsForAWrongRoomNoTerminalAndSeveralMounts() throws {
     let rig = try MountRig.start(.multiplexTCP, for: self, rooms: ["lobby", "tech"])
     let second = try rig.secondMount(for: self, options: ["uname=bob"])
