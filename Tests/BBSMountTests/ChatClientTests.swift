@@ -348,15 +348,22 @@ final class ChatClientTests: XCTestCase {
   }
 
   func testTheLinkAndTheOutboxInTheStatusLine() throws {
-    let rig = try start()
+    // keepalive=1: a frozen server counts as gone within 2 s.
+    let rig = try start(mountOptions: ["keepalive=1"])
     XCTAssertTrue(rig.window.waitFor("link up | outbox 0").matched, rig.window.screen())
-    // A frozen server: the post waits in the outbox (its write returns after 2 s).
+    // A frozen server: the post waits in the outbox (its write returns after 2 s), and the
+    // link is lost.
     rig.mount.server.child.signal(SIGSTOP)
     var frozen = true
     defer { if frozen { rig.mount.server.child.signal(SIGCONT) } }
     try rig.window.type("sent while frozen")
     try rig.window.press("Enter")
     XCTAssertTrue(rig.window.waitFor("outbox 1").matched, rig.window.screen())
+    var screen = rig.window.waitForScreen(timeout: 15) {
+      $0.contains("link reconnecting") || $0.contains("link down")
+    }.screen
+    XCTAssertTrue(screen.contains("link reconnecting") || screen.contains("link down"), screen)
+    XCTAssertTrue(screen.contains("outbox 1"), screen)
     rig.mount.server.child.signal(SIGCONT)
     frozen = false
     XCTAssertTrue(rig.window.waitFor("alice: sent while frozen", timeout: 20).matched)
@@ -364,9 +371,10 @@ final class ChatClientTests: XCTestCase {
     // The server gone: reconnecting; back where it was: up again.
     let address = rig.mount.server.address
     rig.mount.server.stop()
-    var screen = rig.window.waitForScreen(timeout: 15) {
-      $0.contains("link reconnecting") || $0.contains("link down")
-    }.screen
+    screen =
+      rig.window.waitForScreen(timeout: 15) {
+        $0.contains("link reconnecting") || $0.contains("link down")
+      }.screen
     XCTAssertTrue(screen.contains("link reconnecting") || screen.contains("link down"), screen)
     let again = try ServerProcess(
       transport: "tcp", rooms: ["lobby", "tech", "news"], listen: address)
