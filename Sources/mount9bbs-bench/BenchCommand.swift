@@ -6,7 +6,8 @@
 // chat delivery latency with 1/10/50 readers; daemon CPU and RSS with 100 idle streams and with
 // 8 feeds against a device-profile server; cat, metadata and delivery again over an emulated
 // BLE link (LinkEmulation) in front of a device-profile 9bbsd on seqpacket; and delivery as
-// people see it, on the output of tail -f and cat (pty or pipe), on each of those set-ups.
+// people see it, on the output of tail -f and cat (pty or pipe), on each of those set-ups;
+// chat scripts and catch-up after a remount; and `mount9bbs chat` on a pseudo-terminal.
 //
 // Everything runs in the calling thread, one section after the other; helpers start threads
 // for readers and pipelined reads. Children are spawned by `Supervisor`, which unmounts and
