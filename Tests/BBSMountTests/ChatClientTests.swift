@@ -297,12 +297,17 @@ final class ChatClientTests: XCTestCase {
       try sh("echo 'read before' > '\(lobby)'")
       _ = try sh("timeout 10 tail -n 1 '\(mount.mountpoint)/chat/lobby'")
       try sh("echo 'while away 1' > '\(lobby)'; echo 'while away 2' > '\(lobby)'")
+      try sh("echo 'also away' > '\(bob.mountpoint)/chat/tech'")
       let unread = mount.mountpoint + "/chat/unread"
       XCTAssertTrue(
-        waitUntil(timeout: 10) { ((try? sh("cat '\(unread)'")) ?? "").contains("lobby 2\n") },
-        (try? sh("cat '\(unread)'")) ?? "")
+        waitUntil(timeout: 10) {
+          let text = (try? sh("cat '\(unread)'")) ?? ""
+          return text.contains("lobby 2\n") && text.contains("tech 1\n")
+        }, (try? sh("cat '\(unread)'")) ?? "")
     }
     let screen = rig.window.waitFor("bob: while away 2").screen
+    // A room not open shows its count from chat/unread from the start.
+    XCTAssertTrue(screen.contains(" [1:lobby] | unread: tech 1 | link up"), screen)
     let rows = screen.split(separator: "\n").map(String.init)
     let marker = try XCTUnwrap(rows.firstIndex { $0.contains("── new ──") }, screen)
     XCTAssertTrue(rows[marker - 1].hasSuffix("bob: read before"), screen)
@@ -376,11 +381,16 @@ final class ChatClientTests: XCTestCase {
         $0.contains("link reconnecting") || $0.contains("link down")
       }.screen
     XCTAssertTrue(screen.contains("link reconnecting") || screen.contains("link down"), screen)
+    // A post while the link is down goes to the outbox at once, and out once it is back.
+    try rig.window.type("sent while down")
+    try rig.window.press("Enter")
+    XCTAssertTrue(rig.window.waitFor("outbox 1").matched, rig.window.screen())
     let again = try ServerProcess(
       transport: "tcp", rooms: ["lobby", "tech", "news"], listen: address)
     addTeardownBlock { again.stop() }
     screen = rig.window.waitFor("link up", timeout: 20).screen
-    XCTAssertTrue(screen.contains("link up | outbox 0"), screen)
+    XCTAssertTrue(rig.window.waitFor("alice: sent while down").matched, rig.window.screen())
+    XCTAssertTrue(rig.window.waitFor("link up | outbox 0").matched, rig.window.screen())
   }
 
   func testClearErrorsForAWrongRoomNoTerminalAndSeveralMounts() throws {
