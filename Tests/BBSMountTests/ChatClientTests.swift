@@ -25,12 +25,13 @@ final class ChatClientTests: XCTestCase {
   }
 
   private func start(
-    room: String = "lobby", setup: Setup = .multiplexTCP, mountOptions: [String] = [],
+    room: String = "lobby", rooms: [String] = ["lobby", "tech", "news"],
+    setup: Setup = .multiplexTCP, mountOptions: [String] = [],
     width: Int = 100, height: Int = 30,
     environment: String = "", before: ((MountRig, MountProcess) throws -> Void)? = nil
   ) throws -> Rig {
     let mount = try MountRig.start(
-      setup, for: self, rooms: ["lobby", "tech", "news"],
+      setup, for: self, rooms: rooms,
       mountOptions: ["uname=alice"] + mountOptions)
     let bob = try mount.secondMount(for: self, options: ["uname=bob"])
     try before?(mount, bob)
@@ -350,6 +351,18 @@ final class ChatClientTests: XCTestCase {
     XCTAssertTrue(firstUnread.hasSuffix("bob: nothing for you"), screen)
     let status = rows.first { $0.hasPrefix(" [2:news]") } ?? ""
     XCTAssertTrue(status.hasPrefix(" [2:news] | unread: tech 1 |"), screen)
+  }
+
+  func testARoomWithASpaceIsCountedAndMentionedUnderItsName() throws {
+    // chat/unread and chat/mentions write the space as \x20 to keep the room one field.
+    let rig = try start(rooms: ["lobby", "my room"])
+    try rig.bobSays("alice: over here", in: "my room")
+    let screen = rig.window.waitFor("@1").screen
+    XCTAssertTrue(screen.contains("unread: my room 1 @1 |"), screen)
+    try rig.window.type("/rooms")
+    try rig.window.press("Enter")
+    let rooms = "rooms: 1:lobby, my room (1 unread)"
+    XCTAssertTrue(rig.window.waitFor(rooms).matched, rig.window.screen())
   }
 
   func testTheLinkAndTheOutboxInTheStatusLine() throws {
