@@ -174,8 +174,9 @@ public enum ChatClient {
     case .link(let state, let reason):
       model.link = state
       model.alert = state == .up ? nil : (reason.isEmpty || reason == "-" ? nil : reason)
-    case .message(let room, _):
-      if !model.rooms.contains(where: { $0.name == room }) {
+    case .message(let room, let author):
+      // Events name every line, yours too; unread counts (as chat/unread) only others'.
+      if !model.rooms.contains(where: { $0.name == room }) && !model.isOwn(author) {
         model.unreadElsewhere[room, default: 0] += 1
       }
     case .roomAdded(let room):

@@ -80,9 +80,10 @@ final class Bench: @unchecked Sendable {
     setenv("XDG_STATE_HOME", work + "/state", 1)
     try makeArea()
     let wants = settings.sections
-    let local = ["cat", "client", "meta", "chat", "daemon", "people", "scripts"].contains {
-      wants.contains($0)
-    }
+    let local = ["cat", "client", "meta", "chat", "daemon", "people", "scripts", "chatclient"]
+      .contains {
+        wants.contains($0)
+      }
     if local {
       try startServer()
     }
@@ -92,10 +93,11 @@ final class Bench: @unchecked Sendable {
     if wants.contains("chat") { try chatSection() }
     if wants.contains("daemon") { try daemonSection() }
     // The people section (last, so the sections keep their numbers) needs the TCP server.
-    if !wants.contains("people") && !wants.contains("scripts") { stopServer() }
+    if !["people", "scripts", "chatclient"].contains(where: wants.contains) { stopServer() }
     if wants.contains("ble") { try bleSection() }
     if wants.contains("people") { try peopleSection() }
     if wants.contains("scripts") { try scriptsSection() }
+    if wants.contains("chatclient") { try chatClientSection() }
     stopServer()
   }
 

@@ -6,7 +6,8 @@
 // chat delivery latency with 1/10/50 readers; daemon CPU and RSS with 100 idle streams and with
 // 8 feeds against a device-profile server; cat, metadata and delivery again over an emulated
 // BLE link (LinkEmulation) in front of a device-profile 9bbsd on seqpacket; and delivery as
-// people see it, on the output of tail -f and cat (pty or pipe), on each of those set-ups.
+// people see it, on the output of tail -f and cat (pty or pipe), on each of those set-ups;
+// chat scripts and catch-up after a remount; and `mount9bbs chat` on a pseudo-terminal.
 //
 // Everything runs in the calling thread, one section after the other; helpers start threads
 // for readers and pipelined reads. Children are spawned by `Supervisor`, which unmounts and
@@ -25,14 +26,15 @@ struct BenchCommand: ParsableCommand {
     abstract: "Benchmark mount9bbs against bare FUSE, the raw client and an emulated BLE link.",
     discussion: """
       Run as root from a release build: swift build -c release && \
-      swift run -c release mount9bbs-bench. Sections: cat, client, meta, chat, daemon, ble, people, scripts.
+      swift run -c release mount9bbs-bench. Sections: cat, client, meta, chat, daemon, ble, people, scripts, chatclient.
       """,
     version: ProductVersion.current)
 
   @Option(
     help:
-      "Comma-separated sections: cat,client,meta,chat,daemon,ble,people,scripts (default: all).")
-  var sections = "cat,client,meta,chat,daemon,ble,people,scripts"
+      "Comma-separated sections: cat,client,meta,chat,daemon,ble,people,scripts,chatclient (default: all)."
+  )
+  var sections = "cat,client,meta,chat,daemon,ble,people,scripts,chatclient"
 
   @Option(help: "Runs per throughput measurement (medians are reported).")
   var runs = 5

@@ -32,7 +32,7 @@ final class OutputFollower: @unchecked Sendable {
   }
 
   /// (read end, write end), both close-on-exec; spawn dups the write end onto stdout.
-  private static func makeOutput(_ output: Output) throws -> (Int32, Int32) {
+  static func makeOutput(_ output: Output) throws -> (Int32, Int32) {
     switch output {
     case .pipe:
       var ends: [Int32] = [-1, -1]

@@ -13,13 +13,18 @@ final class Supervisor: @unchecked Sendable {
 
   /// Starts `path` with `arguments`; output goes to `log` (or /dev/null), or with `stdout`
   /// given, stdout to that descriptor and stderr to `log`.
-  func spawn(_ path: String, _ arguments: [String], log: String? = nil, stdout: Int32? = nil)
-    throws -> pid_t
-  {
+  func spawn(
+    _ path: String, _ arguments: [String], log: String? = nil, stdout: Int32? = nil,
+    stdin: Int32? = nil
+  ) throws -> pid_t {
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    if let stdin {
+      posix_spawn_file_actions_adddup2(&actions, stdin, 0)
+    } else {
+      posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    }
     let out = log ?? "/dev/null"
     if let stdout {
       posix_spawn_file_actions_adddup2(&actions, stdout, 1)

@@ -25,12 +25,13 @@ final class ChatClientTests: XCTestCase {
   }
 
   private func start(
-    room: String = "lobby", setup: Setup = .multiplexTCP, mountOptions: [String] = [],
+    room: String = "lobby", rooms: [String] = ["lobby", "tech", "news"],
+    setup: Setup = .multiplexTCP, mountOptions: [String] = [],
     width: Int = 100, height: Int = 30,
     environment: String = "", before: ((MountRig, MountProcess) throws -> Void)? = nil
   ) throws -> Rig {
     let mount = try MountRig.start(
-      setup, for: self, rooms: ["lobby", "tech", "news"],
+      setup, for: self, rooms: rooms,
       mountOptions: ["uname=alice"] + mountOptions)
     let bob = try mount.secondMount(for: self, options: ["uname=bob"])
     try before?(mount, bob)
@@ -285,6 +286,124 @@ final class ChatClientTests: XCTestCase {
       rig.window.waitFor("alice: while frozen", timeout: 20).matched, rig.window.screen())
     try rig.bobSays("back again")
     XCTAssertTrue(rig.window.waitFor("bob: back again").matched, rig.window.screen())
+  }
+
+  // MARK: The mount's awareness files, as the chat reads them
+
+  func testTheNewMarkerAtStartComesFromChatUnread() throws {
+    // Lines said while the chat was not running (alice's mount counts them in chat/unread)
+    // are below the marker when it opens; what alice had read is above it.
+    let rig = try start { mount, bob in
+      let lobby = bob.mountpoint + "/chat/lobby"
+      try sh("echo 'read before' > '\(lobby)'")
+      _ = try sh("timeout 10 tail -n 1 '\(mount.mountpoint)/chat/lobby'")
+      try sh("echo 'while away 1' > '\(lobby)'; echo 'while away 2' > '\(lobby)'")
+      try sh("echo 'also away' > '\(bob.mountpoint)/chat/tech'")
+      let unread = mount.mountpoint + "/chat/unread"
+      XCTAssertTrue(
+        waitUntil(timeout: 10) {
+          let text = (try? sh("cat '\(unread)'")) ?? ""
+          return text.contains("lobby 2\n") && text.contains("tech 1\n")
+        }, (try? sh("cat '\(unread)'")) ?? "")
+    }
+    let screen = rig.window.waitFor("bob: while away 2").screen
+    // A room not open shows its count from chat/unread from the start.
+    XCTAssertTrue(screen.contains(" [1:lobby] | unread: tech 1 | link up"), screen)
+    let rows = screen.split(separator: "\n").map(String.init)
+    let marker = try XCTUnwrap(rows.firstIndex { $0.contains("── new ──") }, screen)
+    XCTAssertTrue(rows[marker - 1].hasSuffix("bob: read before"), screen)
+    XCTAssertTrue(rows[marker + 1].hasSuffix("bob: while away 1"), screen)
+    XCTAssertTrue(rows[marker + 2].hasSuffix("bob: while away 2"), screen)
+  }
+
+  func testMentionsAndUnreadInRoomsNotOpenAndRoomsWithCounts() throws {
+    // news is never opened by the chat: its counts come from chat/events, chat/mentions and
+    // chat/unread alone.
+    let rig = try start()
+    try rig.bobSays("nothing for you", in: "news")
+    var screen = rig.window.waitFor("unread: news 1").screen
+    XCTAssertFalse(rig.window.bellRang, screen)
+    try rig.bobSays("alice, look at this", in: "news")
+    screen = rig.window.waitFor("unread: news 2 @1").screen
+    XCTAssertTrue(screen.contains("unread: news 2 @1"), screen)
+    XCTAssertTrue(waitUntil(timeout: 5) { rig.window.bellRang }, "no bell for a mention in news")
+    // alice's own line (from a shell, on her mount) is not unread; bob's next one is. A line
+    // in tech after both shows once the events before it are counted.
+    try sh("echo 'my own line' > '\(rig.mount.mountpoint)/chat/news'")
+    try rig.bobSays("after yours", in: "news")
+    try rig.bobSays("over here", in: "tech")
+    screen = rig.window.waitFor(", tech 1").screen
+    XCTAssertTrue(screen.contains("unread: news 3 @1, tech 1 |"), screen)
+    try rig.window.type("/rooms")
+    try rig.window.press("Enter")
+    let rooms = "rooms: 1:lobby, news (3 unread), tech (1 unread)"
+    screen = rig.window.waitFor(rooms).screen
+    XCTAssertTrue(screen.contains(rooms), screen)
+    // Joining news shows its lines, the marker before the unread ones, and clears the counts.
+    try rig.window.type("/j news")
+    try rig.window.press("Enter")
+    screen = rig.window.waitFor("bob: after yours").screen
+    let rows = screen.split(separator: "\n").map(String.init)
+    let marker = try XCTUnwrap(rows.firstIndex { $0.contains("── new ──") }, screen)
+    // The marker goes above the date line of the first unread line; counting back the 3
+    // unread lines steps over alice's own.
+    let firstUnread = rows[(marker + 1)...].first { !$0.hasPrefix("── ") } ?? ""
+    XCTAssertTrue(firstUnread.hasSuffix("bob: nothing for you"), screen)
+    let status = rows.first { $0.hasPrefix(" [2:news]") } ?? ""
+    XCTAssertTrue(status.hasPrefix(" [2:news] | unread: tech 1 |"), screen)
+  }
+
+  func testARoomWithASpaceIsCountedAndMentionedUnderItsName() throws {
+    // chat/unread and chat/mentions write the space as \x20 to keep the room one field.
+    let rig = try start(rooms: ["lobby", "my room"])
+    try rig.bobSays("alice: over here", in: "my room")
+    let screen = rig.window.waitFor("@1").screen
+    XCTAssertTrue(screen.contains("unread: my room 1 @1 |"), screen)
+    try rig.window.type("/rooms")
+    try rig.window.press("Enter")
+    let rooms = "rooms: 1:lobby, my room (1 unread)"
+    XCTAssertTrue(rig.window.waitFor(rooms).matched, rig.window.screen())
+  }
+
+  func testTheLinkAndTheOutboxInTheStatusLine() throws {
+    // keepalive=1: a frozen server counts as gone within 2 s.
+    let rig = try start(mountOptions: ["keepalive=1"])
+    XCTAssertTrue(rig.window.waitFor("link up | outbox 0").matched, rig.window.screen())
+    // A frozen server: the post waits in the outbox (its write returns after 2 s), and the
+    // link is lost.
+    rig.mount.server.child.signal(SIGSTOP)
+    var frozen = true
+    defer { if frozen { rig.mount.server.child.signal(SIGCONT) } }
+    try rig.window.type("sent while frozen")
+    try rig.window.press("Enter")
+    XCTAssertTrue(rig.window.waitFor("outbox 1").matched, rig.window.screen())
+    var screen = rig.window.waitForScreen(timeout: 15) {
+      $0.contains("link reconnecting") || $0.contains("link down")
+    }.screen
+    XCTAssertTrue(screen.contains("link reconnecting") || screen.contains("link down"), screen)
+    XCTAssertTrue(screen.contains("outbox 1"), screen)
+    rig.mount.server.child.signal(SIGCONT)
+    frozen = false
+    XCTAssertTrue(rig.window.waitFor("alice: sent while frozen", timeout: 20).matched)
+    XCTAssertTrue(rig.window.waitFor("link up | outbox 0").matched, rig.window.screen())
+    // The server gone: reconnecting; back where it was: up again.
+    let address = rig.mount.server.address
+    rig.mount.server.stop()
+    screen =
+      rig.window.waitForScreen(timeout: 15) {
+        $0.contains("link reconnecting") || $0.contains("link down")
+      }.screen
+    XCTAssertTrue(screen.contains("link reconnecting") || screen.contains("link down"), screen)
+    // A post while the link is down goes to the outbox at once, and out once it is back.
+    try rig.window.type("sent while down")
+    try rig.window.press("Enter")
+    XCTAssertTrue(rig.window.waitFor("outbox 1").matched, rig.window.screen())
+    let again = try ServerProcess(
+      transport: "tcp", rooms: ["lobby", "tech", "news"], listen: address)
+    addTeardownBlock { again.stop() }
+    screen = rig.window.waitFor("link up", timeout: 20).screen
+    XCTAssertTrue(rig.window.waitFor("alice: sent while down").matched, rig.window.screen())
+    XCTAssertTrue(rig.window.waitFor("link up | outbox 0").matched, rig.window.screen())
   }
 
   func testClearErrorsForAWrongRoomNoTerminalAndSeveralMounts() throws {

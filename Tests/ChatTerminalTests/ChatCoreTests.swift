@@ -29,10 +29,15 @@ final class ChatCoreTests: XCTestCase {
 
   func testAwarenessFormats() {
     XCTAssertEqual(
-      MountFormats.unread("lobby 0\nmy room 3\nbad\ntech x\n"), ["lobby": 0, "my room": 3])
+      MountFormats.unread("lobby 0\nmy\\x20room 3\nbad\ntech x\nt\\tab 1\n"),
+      ["lobby": 0, "my room": 3, "t\tab": 1])
     let mention = MountFormats.mention("tech [10:00:00] bob: alice look")
     XCTAssertEqual(mention?.room, "tech")
     XCTAssertEqual(mention?.line.author, "bob")
+    // The mount writes a room's space as \x20, so the room stays one field.
+    let spaced = MountFormats.mention("my\\x20room [10:00:00] bob: alice look")
+    XCTAssertEqual(spaced?.room, "my room")
+    XCTAssertEqual(spaced?.line.text, "alice look")
     XCTAssertEqual(MountFormats.outboxCount("ROOM\tAGE\tATTEMPTS\tLAST-ERROR\n"), 0)
     XCTAssertEqual(
       MountFormats.outboxCount("ROOM\tAGE\tATTEMPTS\tLAST-ERROR\nlobby\t3\t1\t-\ntech\t1\t0\t-\n"),

@@ -118,8 +118,20 @@ public struct ChatModel: Sendable {
     }
     var day = Self.dayNumber(now) - wraps
     previous = nil
-    // The marker goes before the first unread line (and before its date line, if any).
-    let firstUnread = unread.flatMap { $0 > 0 ? max(0, parsed.count - $0) : nil }
+    // The marker goes before the first unread line (and before its date line, if any). The
+    // mount counts only others' lines, so your own lines among them are stepped over.
+    var firstUnread: Int?
+    if let unread, unread > 0 {
+      var left = unread
+      firstUnread = 0
+      for index in parsed.indices.reversed() where !isOwn(parsed[index].author) {
+        left -= 1
+        if left == 0 {
+          firstUnread = index
+          break
+        }
+      }
+    }
     var markerFromEnd: Int?
     for (number, line) in parsed.enumerated() {
       if let seconds = line.stampSeconds {

@@ -1,22 +1,23 @@
 /// The awareness and outbox files' formats (`chat/unread`, `chat/mentions`, `chat/events`,
 /// `chat/outbox`) and `chat/users`, parsed. Every parser skips a line it cannot read.
 public enum MountFormats {
-  /// `chat/unread`: `ROOM COUNT` a line.
+  /// `chat/unread`: `ROOM COUNT` a line, the room one field (a space in it written `\x20`).
   public static func unread(_ text: String) -> [String: Int] {
     var counts: [String: Int] = [:]
     for line in text.split(separator: "\n") {
       guard let space = line.lastIndex(of: " "), let count = Int(line[line.index(after: space)...]),
         count >= 0
       else { continue }
-      counts[String(line[..<space])] = count
+      counts[unescape(line[..<space])] = count
     }
     return counts
   }
 
-  /// One `chat/mentions` line, `ROOM LINE`: the room and the room line.
+  /// One `chat/mentions` line, `ROOM LINE`: the room (escaped as in `chat/unread`) and the
+  /// room line.
   public static func mention(_ line: Substring) -> (room: String, line: RoomLine)? {
     guard let space = line.firstIndex(of: " ") else { return nil }
-    let room = String(line[..<space])
+    let room = unescape(line[..<space])
     guard !room.isEmpty else { return nil }
     return (room, RoomLine(parsing: line[line.index(after: space)...]))
   }
