@@ -307,4 +307,84 @@ final class HostileChatTests: XCTestCase {
     window.waitFor("Pane is dead")
     XCTAssertTrue(window.screenWithHistory().contains("CHAT-EXIT=0"), window.screenWithHistory())
   }
+
+  /// A hostile user on a fair board (9bbsd): escapes (refused by the board), tabs, `$(…)`,
+  /// a bidirectional override, a 64 KiB post. What the watching mount makes of them is text.
+  func testAHostileUsersPostsReachTheWatchingMountAsText() throws {
+    let rig = try MountRig.start(
+      .multiplexTCP, for: self, rooms: ["lobby"], mountOptions: ["uname=bob"])
+    let work = try makeTemporaryDirectory("hostile-user")
+    let script = work + "/record"
+    try """
+    #!/bin/sh
+    printf '%s' "$ROOM" > "$0.$$.room"
+    printf '%s' "$TEXT" > "$0.$$.text"
+    """.write(toFile: script, atomically: true, encoding: .utf8)
+    chmod(script, 0o755)
+    let mountpoint = rig.directory + "/alice"
+    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: false)
+    let alice = try MountProcess(
+      address: rig.server.address, mountpoint: mountpoint,
+      options: ["uname=alice", "watch=all", "notify=off", "notify-command=\(script)"])
+    addTeardownBlock { [weak self] in
+      if let run = self?.testRun, run.totalFailureCount > 0 {
+        print("--- alice's mount9bbs log:\n\(String(alice.child.text.suffix(5000)))---")
+      }
+      alice.stop()
+    }
+    let chat = mountpoint + "/chat"
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { FileManager.default.fileExists(atPath: chat + "/events") })
+    let events = try background(self, "/bin/cat", [chat + "/events"])
+    let mentions = try background(self, "/bin/cat", [chat + "/mentions"])
+    let reader = try background(self, "/usr/bin/tail", ["-f", chat + "/lobby"])
+    let lobby = rig.path("chat/lobby")
+    func post(_ text: String) throws {
+      let handle = try XCTUnwrap(FileHandle(forWritingAtPath: lobby))
+      try handle.write(contentsOf: Data((text + "\n").utf8))
+      try handle.close()
+    }
+    var marker = 0
+    XCTAssertTrue(
+      waitUntil(timeout: 15, interval: 0.3) {
+        marker += 1
+        try? post("alice ready \(marker)")
+        return mentions.text.contains("alice ready") && events.text.contains("\tmention\t")
+      }, mentions.text)
+    let canary = work + "/canary"
+    // The board refuses control characters: the writer is told, nothing else changes.
+    XCTAssertThrowsError(try post("alice \(Self.escape) evil"))
+    try post("alice tab\there $(touch \(canary)) `touch \(canary)` \u{202E}txt 'q' \"qq\" \\")
+    let started = Date()
+    try post("alice big " + String(repeating: "z", count: 64 << 10))
+    XCTAssertLessThan(Date().timeIntervalSince(started), 5, "a 64 KiB post held up the writer")
+    try post("alice after")
+    XCTAssertTrue(waitUntil(timeout: 15) { mentions.text.contains("alice after") }, mentions.text)
+    try assertResponsive(alice)
+    for record in mentions.text.split(separator: "\n") {
+      XCTAssertEqual(controls(in: String(record), tabs: true), [], String(record.prefix(300)))
+      XCTAssertLessThanOrEqual(record.utf8.count, 70 << 10)
+    }
+    XCTAssertTrue(mentions.text.contains("bob: alice tab\there $(touch \(canary))"), mentions.text)
+    XCTAssertTrue(mentions.text.contains(#"\u{202E}txt 'q' "qq" \"#), mentions.text)
+    for record in events.text.split(separator: "\n") {
+      XCTAssertEqual(controls(in: String(record), tabs: true), [], String(record.prefix(300)))
+    }
+    let transcript = try read(chat + "/log/lobby")
+    XCTAssertEqual(controls(in: transcript, tabs: true), [], String(transcript.suffix(300)))
+    XCTAssertTrue(
+      waitUntil(timeout: 10) {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: work)) ?? []
+        return names.filter { $0.hasSuffix(".text") }.count >= marker + 2
+      })
+    let texts = ((try? FileManager.default.contentsOfDirectory(atPath: work)) ?? []).filter {
+      $0.hasSuffix(".text")
+    }.compactMap { try? read(work + "/" + $0) }
+    for text in texts {
+      XCTAssertEqual(controls(in: text, tabs: true), [], String(text.prefix(300)))
+    }
+    XCTAssertFalse(FileManager.default.fileExists(atPath: canary), "a post ran a command")
+    XCTAssertEqual(controls(in: reader.text, tabs: true), [], String(reader.text.suffix(300)))
+    XCTAssertTrue(alice.child.isRunning)
+  }
 }
