@@ -29,6 +29,35 @@ final class HostileChatTests: XCTestCase {
     try String(decoding: Data(contentsOf: URL(fileURLWithPath: path)), as: UTF8.self)
   }
 
+  /// `cat` of a stream file, saying `opening` (on its own line, first) just before its open.
+  private func streamReader(_ path: String) throws -> ChildProcess {
+    try background(
+      self, "/usr/bin/python3",
+      [
+        "-c",
+        "import os,sys\nprint('opening',flush=True)\nfd=os.open(sys.argv[1],os.O_RDONLY)\n"
+          + "while True:\n  b=os.read(fd,65536)\n  if not b: break\n  os.write(1,b)",
+        path,
+      ])
+  }
+
+  /// Whether a ``streamReader(_:)`` has a file whose path ends in `suffix` open, or is in its
+  /// open (a stream file's open returns with its first line; the mount counts the reader from
+  /// the open on).
+  private func isOpening(_ child: ChildProcess, _ suffix: String) -> Bool {
+    guard child.text.hasPrefix("opening\n") else { return false }
+    let proc = "/proc/\(child.process.processIdentifier)"
+    // openat: 257 on x86_64, 56 on arm64.
+    let call = (try? String(contentsOfFile: proc + "/syscall", encoding: .utf8))?
+      .split(separator: " ").first
+    if call == "257" || call == "56" { return true }
+    let descriptors = (try? FileManager.default.contentsOfDirectory(atPath: proc + "/fd")) ?? []
+    return descriptors.contains {
+      (try? FileManager.default.destinationOfSymbolicLink(atPath: proc + "/fd/" + $0))?
+        .hasSuffix(suffix) ?? false
+    }
+  }
+
   /// Whether `ls` and `stat` answer within `limit` seconds.
   private func assertResponsive(
     _ mount: MountProcess, limit: TimeInterval = 2, file: StaticString = #filePath,
@@ -76,25 +105,23 @@ final class HostileChatTests: XCTestCase {
     let chat = mount.mountpoint + "/chat"
     XCTAssertTrue(
       waitUntil(timeout: 10) { FileManager.default.fileExists(atPath: chat + "/events") })
-    let events = try background(self, "/bin/cat", [chat + "/events"])
-    let mentions = try background(self, "/bin/cat", [chat + "/mentions"])
+    let events = try streamReader(chat + "/events")
+    let mentions = try streamReader(chat + "/mentions")
     // Both opens are in before the first line (an open starts from now).
     XCTAssertTrue(
       waitUntil(timeout: 10) {
-        let status = (try? runBuilt("mount9bbs", ["status", mount.mountpoint, "--json"]))?.output
-        return status != nil
-      })
-    Thread.sleep(forTimeInterval: 0.5)
+        isOpening(events, "/chat/events") && isOpening(mentions, "/chat/mentions")
+      }, (try? shell("ls -l /proc/\(events.process.processIdentifier)/fd"))?.output ?? "")
     server.release()
     try assertResponsive(mount)
 
     // chat/mentions: one line per mention, the room one field, nothing a terminal acts on.
     XCTAssertTrue(
       waitUntil(timeout: 15) {
-        mentions.text.split(separator: "\n").count >= Self.hostileNames.count + 3
+        mentions.text.split(separator: "\n").count >= Self.hostileNames.count + 4
       },
       mentions.text.prefix(3000).debugDescription)
-    for record in mentions.text.split(separator: "\n") {
+    for record in mentions.text.split(separator: "\n").dropFirst() {
       XCTAssertEqual(
         controls(in: String(record), tabs: true), [], String(record.prefix(200)).debugDescription)
       XCTAssertLessThanOrEqual(record.utf8.count, 300 << 10)
@@ -115,7 +142,7 @@ final class HostileChatTests: XCTestCase {
     // chat/events: a timestamp and tab-separated fields, controls escaped.
     XCTAssertTrue(
       waitUntil(timeout: 20) { events.text.contains("user-arrived") }, events.text.debugDescription)
-    for record in events.text.split(separator: "\n") {
+    for record in events.text.split(separator: "\n").dropFirst() {
       let fields = record.split(separator: "\t", omittingEmptySubsequences: false)
       XCTAssertGreaterThanOrEqual(fields.count, 3, String(record).debugDescription)
       XCTAssertTrue(fields.first?.hasSuffix("Z") ?? false, String(record).debugDescription)
@@ -220,7 +247,9 @@ final class HostileChatTests: XCTestCase {
     let firehose = HostileChatServer.Room(
       "firehose", lines: "[12:00:00] mallory: alice \(Self.escape) flood\n", endless: true)
     let many = (0..<3000).map { HostileChatServer.Room(String(format: "zz%04d", $0)) }
-    let server = try HostileChatServer(rooms: [firehose] + many)
+    // And one endless line: every read at once, full of `x`, never a newline.
+    let endlessLine = HostileChatServer.Room("endless", endless: true)
+    let server = try HostileChatServer(rooms: [endlessLine, firehose] + many)
     addTeardownBlock { server.stop() }
     let mount = try mountHostileChat(server, options: ["watch=all", "notify=off"])
     let chat = mount.mountpoint + "/chat"
@@ -240,6 +269,10 @@ final class HostileChatTests: XCTestCase {
     XCTAssertLessThan(slowest, 2)
     let listed = try FileManager.default.contentsOfDirectory(atPath: chat)
     XCTAssertGreaterThan(listed.count, 3000)
+    let started = Date()
+    let logs = try FileManager.default.contentsOfDirectory(atPath: chat + "/log")
+    XCTAssertLessThan(Date().timeIntervalSince(started), 2)
+    XCTAssertTrue(logs.contains("firehose"), "\(logs.prefix(10))")
     let unread = try read(chat + "/unread").split(separator: "\n")
     XCTAssertLessThanOrEqual(unread.count, 4096 + 64)
     let pid = mount.child.process.processIdentifier
