@@ -27,6 +27,25 @@ public enum TerminalText {
     return result
   }
 
+  /// `text` as one line (of a log, of an environment variable a script echoes): every
+  /// control character (newlines and carriage returns included) and bidirectional override
+  /// written as a visible escape, tabs kept. A room name or error string from a server cannot
+  /// start a forged record or reach a terminal. Backslashes stay as they are, so text escaped
+  /// before (a room line as its file shows it) stays readable.
+  public static func oneLine(_ text: String) -> String {
+    guard text.unicodeScalars.contains(where: { $0 != "\t" && isUnsafe($0) }) else { return text }
+    var result = ""
+    result.reserveCapacity(text.utf8.count)
+    for scalar in text.unicodeScalars {
+      if scalar != "\t" && isUnsafe(scalar) {
+        result += visibleEscape(scalar.value)
+      } else {
+        result.unicodeScalars.append(scalar)
+      }
+    }
+    return result
+  }
+
   /// `word` quoted for a POSIX shell (and for bash and zsh typed interactively): as it is when
   /// it holds only characters no shell treats specially, in single quotes otherwise, and in
   /// `$'…'` with every unusual byte as `\xNN` when it holds control characters, so the quoted

@@ -1,3 +1,4 @@
+import BBSMount
 import CSdBus
 import Foundation
 import Logging
@@ -153,6 +154,8 @@ struct DaemonLogHandler: LogHandler {
         + merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(
           separator: " ")
     }
+    // One record, one line, whatever a server put in a name or an error string.
+    text = TerminalText.oneLine(text)
     let sink = DaemonLog.sink.withLock { $0 }
     // A terminal gets notices and worse; informational lines are for logs (and -d).
     if sink == .standardError && event.level == .info && logLevel > .debug { return }

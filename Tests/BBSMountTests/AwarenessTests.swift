@@ -352,7 +352,8 @@ final class AwarenessTests: XCTestCase {
     runner.run(room: "lo\nbby", author: "b$(id)ob", text: text)
     XCTAssertTrue(waitUntil(timeout: 10) { recorded(work).count == 1 })
     let run = try XCTUnwrap(recorded(work).first)
-    XCTAssertEqual(run.room, "lo\nbby")
+    // The room's name is the server's bytes, written as the room file writes controls.
+    XCTAssertEqual(run.room, #"lo\x0Abby"#)
     XCTAssertEqual(run.author, "b$(id)ob")
     XCTAssertEqual(run.text.utf8.count, 64 << 10)
     XCTAssertEqual(run.text, text)
@@ -539,6 +540,17 @@ final class AwarenessFormatTests: XCTestCase {
     XCTAssertEqual(
       EventLog.line(.link(state: "down", reason: "connection reset"), at: time),
       "2026-11-25T18:20:01.123Z\tlink\tdown\tconnection reset\n")
+  }
+
+  /// A notification's text is plain: no control character and no bidirectional mark (the
+  /// right-to-left mark and the Arabic letter mark reorder text as overrides do).
+  func testNotificationTextHasNoControlsOrBidiMarks() {
+    XCTAssertEqual(
+      DesktopNotifier.visible("a\u{1B}[31mb\u{200F}c\u{061C}d\u{200E}e\u{202E}f\u{2067}g\u{85}h"),
+      "a [31mb c d e f g h")
+    XCTAssertLessThanOrEqual(
+      DesktopNotifier.visible(String(repeating: "x", count: 64 << 10)).utf8.count,
+      DesktopNotifier.longestBody + 3)
   }
 
   func testMentionsAreWholeWordsInAnyCase() {

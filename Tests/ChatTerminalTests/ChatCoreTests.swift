@@ -57,6 +57,21 @@ final class ChatCoreTests: XCTestCase {
     XCTAssertNil(MountFormats.event("t\tlink\tsideways\tx"))
   }
 
+  /// The mount writes a room name in `chat/unread` and `chat/mentions` escaped, as one field
+  /// (a space as `\x20`): read back, it is the room's own name, the one `/join` uses.
+  func testRoomFieldsAreUnescaped() {
+    XCTAssertEqual(
+      MountFormats.unread("sp\\x20ace 2\nnew\\nline 1\nback\\\\slash 3\nc1\\x85 4\n"),
+      ["sp ace": 2, "new\nline": 1, "back\\slash": 3, "c1\u{85}": 4])
+    let mention = MountFormats.mention("tab\\there\\x20x [10:00:00] bob: alice look")
+    XCTAssertEqual(mention?.room, "tab\there x")
+    XCTAssertEqual(mention?.line.author, "bob")
+    XCTAssertEqual(
+      MountFormats.event("t\tmessage\tc1\\x85\tbob"), .message(room: "c1\u{85}", author: "bob"))
+    XCTAssertEqual(
+      MountFormats.event("t\troom-added\tbidi\\u{202e}x"), .roomAdded("bidi\u{202E}x"))
+  }
+
   // MARK: Text safety and layout
 
   func testHostileTextIsShownNotInterpreted() {

@@ -32,6 +32,8 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
   private let lock = NSLock()
   /// The start of a line each feed has not finished yet.
   private var partial: [ObjectIdentifier: [UInt8]] = [:]
+  /// Feeds in the middle of a line that was cut: its rest is not another line.
+  private var cut: Set<ObjectIdentifier> = []
   /// A line longer than this is cut (a hostile server's endless line).
   static let longestLine = 64 << 10
 
@@ -139,6 +141,13 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
     let key = ObjectIdentifier(feed)
     let lines: [ArraySlice<UInt8>] = lock.withLock {
       var buffer = partial.removeValue(forKey: key) ?? []
+      var data = data[...]
+      if cut.contains(key) {
+        // The rest of a line already counted (cut at ``longestLine``): one line, one record.
+        guard let newline = data.firstIndex(of: UInt8(ascii: "\n")) else { return [] }
+        cut.remove(key)
+        data = data[(newline + 1)...]
+      }
       buffer.append(contentsOf: data)
       var lines: [ArraySlice<UInt8>] = []
       var start = buffer.startIndex
@@ -150,6 +159,7 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
       if rest.count > Self.longestLine {
         lines.append(rest[...])
         rest = []
+        cut.insert(key)
       }
       if !rest.isEmpty { partial[key] = rest }
       return lines

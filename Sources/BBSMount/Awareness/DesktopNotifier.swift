@@ -94,9 +94,11 @@ final class DesktopNotifier: @unchecked Sendable {
     var result = ""
     for scalar in text.unicodeScalars {
       if result.utf8.count >= longestBody { return result + "…" }
-      switch scalar.value {
-      case 0..<0x20, 0x7F, 0x80..<0xA0, 0x202A...0x202E, 0x2066...0x2069: result += " "
-      default: result.unicodeScalars.append(scalar)
+      // Every control and bidirectional mark a terminal would be protected from.
+      if TerminalText.isUnsafe(scalar) {
+        result += " "
+      } else {
+        result.unicodeScalars.append(scalar)
       }
     }
     return result

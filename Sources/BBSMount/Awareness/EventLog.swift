@@ -52,7 +52,7 @@ public final class EventLog: Sendable {
   }
 
   /// A field safe for `read` and `awk`: tab, newline, backslash and control characters
-  /// written as `\t`, `\n`, `\\` and `\xNN`.
+  /// written as `\t`, `\n`, `\\` and `\xNN`, bidirectional overrides as `\u{202e}`.
   static func escaped(_ field: String) -> String {
     var result = ""
     result.reserveCapacity(field.utf8.count)
@@ -63,6 +63,9 @@ public final class EventLog: Sendable {
       case 0x5C: result += "\\\\"
       case 0..<0x20, 0x7F, 0x80..<0xA0:
         result += "\\x" + String(format: "%02x", scalar.value)
+      case _ where TerminalText.isUnsafe(scalar):
+        // A bidirectional override would reorder what a terminal shows after it.
+        result += "\\u{" + String(scalar.value, radix: 16) + "}"
       default: result.unicodeScalars.append(scalar)
       }
     }

@@ -30,7 +30,9 @@ final class NotifyCommand: @unchecked Sendable {
 
   func run(room: String, author: String, text: String) {
     let variables = [
-      "ROOM": Self.clean(room), "AUTHOR": Self.clean(author),
+      // The room's name is the server's bytes (author and text come from the room line,
+      // already as its file shows them): written the same way.
+      "ROOM": TerminalText.oneLine(room), "AUTHOR": Self.clean(author),
       "TEXT": String(
         decoding: Array(Self.clean(text).utf8.prefix(Self.longestText)), as: UTF8.self),
     ]

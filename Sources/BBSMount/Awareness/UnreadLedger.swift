@@ -23,8 +23,15 @@ final class UnreadLedger: @unchecked Sendable {
         atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700]
       )
     }
-    guard let path, let text = try? String(contentsOfFile: path, encoding: .utf8) else { return }
-    for line in text.split(separator: "\n") {
+    guard let path, let data = FileManager.default.contents(atPath: path) else { return }
+    // JSON: a room name is any text a server sends, newlines included, and must not become
+    // a second record (another room's count) when read back.
+    if let kept = try? JSONDecoder().decode([String: Int].self, from: data) {
+      for (room, count) in kept.prefix(Self.maximumRooms) where count >= 0 { counts[room] = count }
+      return
+    }
+    // The first format, `ROOM COUNT` lines.
+    for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
       guard let space = line.lastIndex(of: " "), let count = Int(line[line.index(after: space)...]),
         count >= 0
       else { continue }
@@ -84,9 +91,10 @@ final class UnreadLedger: @unchecked Sendable {
 
   private func write() {
     guard let path else { return }
-    let text = all.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)\n" }.joined()
     do {
-      try Data(text.utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
+      let encoder = JSONEncoder()
+      encoder.outputFormatting = .sortedKeys
+      try encoder.encode(all).write(to: URL(fileURLWithPath: path), options: .atomic)
     } catch {
       logger.warning("unread counts: cannot write \(path): \(error)")
     }

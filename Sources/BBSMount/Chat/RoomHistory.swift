@@ -40,8 +40,7 @@ public final class RoomHistory: @unchecked Sendable {
   /// Opens (creating) the history of `room` in `directory`; nil, logged, if that fails.
   init?(directory: String, room: String, logger: Logger) {
     self.logger = logger
-    let name = StateDirectory.safe(room)
-    path = directory + "/" + name + ".log"
+    path = directory + "/" + StateDirectory.fileName(room) + ".log"
     do {
       try FileManager.default.createDirectory(
         atPath: directory, withIntermediateDirectories: true,
@@ -147,6 +146,23 @@ enum StateDirectory {
       environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 }
       ?? (NSHomeDirectory() + "/.local/state")
     return state + "/mount9bbs/" + kind + "/" + safe(key)
+  }
+
+  /// A file name of its own for `text` (a room, as the server names it): ``safe(_:)`` when
+  /// that is `text` itself; otherwise, as two names made the same by it ("a b", "a_b") or a
+  /// name too long for a file must not share a file or lose it, a prefix of it and a hash of
+  /// `text`.
+  static func fileName(_ text: String) -> String {
+    let safe = safe(text)
+    guard safe != text || safe.utf8.count > 200 else { return safe }
+    // FNV-1a: the same on every run (Swift's Hasher is seeded per process).
+    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+    for byte in text.utf8 {
+      hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3
+    }
+    let hex = String(hash, radix: 16)
+    return String(safe.unicodeScalars.prefix(50)) + "~"
+      + String(repeating: "0", count: 16 - hex.count) + hex
   }
 
   /// `text` with everything but letters, digits and `-._@` replaced by `_`.

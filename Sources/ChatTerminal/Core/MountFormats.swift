@@ -8,6 +8,7 @@ public enum MountFormats {
       guard let space = line.lastIndex(of: " "), let count = Int(line[line.index(after: space)...]),
         count >= 0
       else { continue }
+      // The room is one field, escaped as an event field (a space as `\x20`).
       counts[unescape(line[..<space])] = count
     }
     return counts
@@ -63,11 +64,15 @@ public enum MountFormats {
     }
   }
 
-  /// Undoes the events file's escapes: `\t`, `\n`, `\\`, `\xNN`.
+  /// Undoes the events file's escapes: `\t`, `\n`, `\\`, `\xNN` and `\u{NNNN}` (each a
+  /// character: `\x85` is U+0085).
   static func unescape(_ field: Substring) -> String {
     guard field.contains("\\") else { return String(field) }
     var bytes: [UInt8] = []
     var iterator = Array(field.utf8)[...]
+    func append(_ value: UInt32) {
+      bytes += Array(String(Unicode.Scalar(value).map(Character.init) ?? "\u{FFFD}").utf8)
+    }
     while let byte = iterator.popFirst() {
       guard byte == UInt8(ascii: "\\"), let next = iterator.first else {
         bytes.append(byte)
@@ -80,8 +85,18 @@ public enum MountFormats {
       case UInt8(ascii: "x") where iterator.count >= 3:
         let digits = String(decoding: iterator.dropFirst().prefix(2), as: UTF8.self)
         if let value = UInt8(digits, radix: 16) {
-          bytes.append(value)
+          append(UInt32(value))
           iterator.removeFirst(3)
+        } else {
+          bytes.append(byte)
+        }
+      case UInt8(ascii: "u") where iterator.dropFirst().first == UInt8(ascii: "{"):
+        let digits = iterator.dropFirst(2).prefix { $0 != UInt8(ascii: "}") }
+        if digits.count <= 6, iterator.count > 2 + digits.count,
+          let value = UInt32(String(decoding: digits, as: UTF8.self), radix: 16)
+        {
+          append(value)
+          iterator.removeFirst(3 + digits.count)
         } else {
           bytes.append(byte)
         }

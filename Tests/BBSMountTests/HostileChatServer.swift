@@ -1,0 +1,339 @@
+import Foundation
+import NinePProtocol
+import NinePTransport
+import TestSupport
+import XCTest
+
+/// A 9BBS-shaped chat server in the test process, on a real TCP socket, whose room names,
+/// lines and users list are whatever a test gives it: `/chat/post`, `/chat/users` and one file
+/// per room.
+///
+/// A room's bytes are served from its offset; past its end a read is parked (never answered,
+/// as a quiet room on a server that parks reads), unless the room is ``Room/endless``, whose
+/// every read is answered at once, full. Until ``release()`` every room read is held, so a
+/// test can open `chat/events` before the first line arrives. Room names are bytes: a name
+/// that is not UTF-8 goes on the wire as it is.
+final class HostileChatServer: @unchecked Sendable {
+  struct Room: Sendable {
+    var name: [UInt8]
+    var lines: [UInt8] = []
+    /// Every read answered at once with `lines` repeated to fill it.
+    var endless = false
+
+    init(_ name: String, lines: String = "", endless: Bool = false) {
+      self.init(bytes: Array(name.utf8), lines: lines, endless: endless)
+    }
+
+    init(bytes: [UInt8], lines: String = "", endless: Bool = false) {
+      name = bytes
+      self.lines = Array(lines.utf8)
+      self.endless = endless
+    }
+
+    /// The name as a walk names it (the client decodes it the same way).
+    var walkName: String { String(decoding: name, as: UTF8.self) }
+  }
+
+  let listener: Listener
+  /// The dial string for `mount9bbs`.
+  let address: String
+  private let lock = NSLock()
+  private var rooms: [Room]
+  private var users: [[UInt8]]
+  private var usersReads = 0
+  private var released = false
+  private var held:
+    [(connection: HostileChatConnection, tag: Tag, path: String, offset: UInt64, count: UInt32)] =
+      []
+  private var connections: [SocketTransport] = []
+  private var closed = false
+  private(set) var posts: [[UInt8]] = []
+
+  /// - Parameter users: the users list's successive texts: each read gives the next, the last
+  ///   one for good.
+  init(rooms: [Room], users: [String] = ["alice (idle: 0s)\n"]) throws {
+    self.rooms = rooms
+    self.users = users.map { Array($0.utf8) }
+    listener = try Listener(address: .tcp(host: "127.0.0.1", port: 0))
+    guard case .tcp(let host, let port) = listener.boundAddress else {
+      throw HarnessError("listener is not TCP: \(listener.boundAddress)")
+    }
+    address = "tcp!\(host)!\(port)"
+    Thread { [self] in acceptLoop() }.start()
+  }
+
+  func stop() {
+    let open = lock.withLock {
+      closed = true
+      return connections
+    }
+    listener.close()
+    for connection in open { connection.close() }
+  }
+
+  /// Room reads are answered from now on (those held so far at once).
+  func release() {
+    let waiting = lock.withLock {
+      released = true
+      defer { held.removeAll() }
+      return held
+    }
+    for read in waiting {
+      read.connection.answerRead(read.tag, path: read.path, offset: read.offset, count: read.count)
+    }
+  }
+
+  /// Replaces the rooms (the next listing shows the change).
+  func setRooms(_ new: [Room]) { lock.withLock { rooms = new } }
+
+  /// Tread of users files so far.
+  var usersReadCount: Int { lock.withLock { usersReads } }
+
+  fileprivate func room(_ name: String) -> Room? {
+    lock.withLock { rooms.first { $0.walkName == name } }
+  }
+
+  fileprivate func recordPost(_ data: [UInt8]) { lock.withLock { posts.append(data) } }
+
+  /// Whether a room read is to wait for ``release()``; kept for then if so.
+  fileprivate func holds(
+    _ connection: HostileChatConnection, _ tag: Tag, path: String, offset: UInt64, count: UInt32
+  ) -> Bool {
+    lock.withLock {
+      guard !released else { return false }
+      held.append((connection, tag, path, offset, count))
+      return true
+    }
+  }
+
+  fileprivate func usersText() -> [UInt8] {
+    lock.withLock {
+      defer { usersReads += 1 }
+      return users[min(usersReads, users.count - 1)]
+    }
+  }
+
+  static let directoryMode = FileMode(permissions: 0o755, .directory)
+
+  /// Stat of a path ("" root, "chat", "chat/NAME"), nil when there is none.
+  fileprivate func stat(_ path: String) -> Stat? {
+    func entry(_ name: String, _ mode: FileMode, _ qid: UInt64) -> Stat {
+      Stat(
+        qid: Qid(type: mode.isDirectory ? .directory : .file, path: qid), mode: mode,
+        mtime: 1_700_000_000, name: name, uid: "glenda", gid: "glenda", muid: "glenda")
+    }
+    switch path {
+    case "": return entry("/", Self.directoryMode, 1)
+    case "chat": return entry("chat", Self.directoryMode, 2)
+    case "chat/post": return entry("post", FileMode(permissions: 0o200), 3)
+    case "chat/users": return entry("users", FileMode(permissions: 0o444), 4)
+    default:
+      guard path.hasPrefix("chat/") else { return nil }
+      let name = String(path.dropFirst(5))
+      let all = lock.withLock { rooms }
+      guard let index = all.firstIndex(where: { $0.walkName == name }) else { return nil }
+      return entry(name, FileMode(permissions: 0o444), 100 + UInt64(index))
+    }
+  }
+
+  /// The directory read of `path` (whole; the connection cuts it at the offset).
+  fileprivate func listing(_ path: String) -> [UInt8] {
+    switch path {
+    case "": return stat("chat")!.encoded()
+    case "chat":
+      var data = stat("chat/post")!.encoded() + stat("chat/users")!.encoded()
+      for (index, room) in lock.withLock({ rooms }).enumerated() {
+        // Encoded with a placeholder of the same length, then the name's own bytes put in.
+        var bytes = Stat(
+          qid: Qid(path: 100 + UInt64(index)), mode: FileMode(permissions: 0o444),
+          mtime: 1_700_000_000, name: String(repeating: "X", count: room.name.count),
+          uid: "glenda", gid: "glenda", muid: "glenda"
+        ).encoded()
+        let at = 2 + 2 + 4 + Qid.wireSize + 4 + 4 + 4 + 8 + 2
+        bytes.replaceSubrange(at..<(at + room.name.count), with: room.name)
+        data += bytes
+      }
+      return data
+    default: return []
+    }
+  }
+
+  private func acceptLoop() {
+    while let transport = try? listener.accept() {
+      let accepted = lock.withLock { () -> Bool in
+        guard !closed else { return false }
+        connections.append(transport)
+        return true
+      }
+      guard accepted else { return transport.close() }
+      let connection = HostileChatConnection(server: self, transport: transport)
+      Thread { connection.run() }.start()
+    }
+  }
+}
+
+/// One client connection of a ``HostileChatServer``.
+private final class HostileChatConnection: @unchecked Sendable {
+  unowned let server: HostileChatServer
+  let transport: SocketTransport
+  private let lock = NSLock()
+  private var fids: [Fid: String] = [:]
+  private var msize: UInt32 = 8192
+  /// Directory listings by fid, as they were at offset 0 (a listing is read in pieces).
+  private var listings: [Fid: [UInt8]] = [:]
+
+  init(server: HostileChatServer, transport: SocketTransport) {
+    self.server = server
+    self.transport = transport
+  }
+
+  func run() {
+    while let frame = try? transport.receive(limit: 1 << 20) {
+      guard let (tag, message) = try? Message.decode(frame, limits: .unbounded) else { continue }
+      answer(tag, message)
+    }
+  }
+
+  private func send(_ tag: Tag, _ message: Message) {
+    try? transport.send(message.encoded(tag: tag))
+  }
+
+  private func path(_ fid: Fid) -> String? { lock.withLock { fids[fid] } }
+
+  private var readLimit: UInt32 { lock.withLock { msize } - UInt32(NineP.readOverhead) }
+
+  /// A room read: its bytes from `offset`, or parked past them (an endless room: always full).
+  func answerRead(_ tag: Tag, path: String, offset: UInt64, count: UInt32) {
+    guard let room = server.room(String(path.dropFirst(5))) else {
+      return send(tag, .rerror(ename: "file not found"))
+    }
+    let count = Int(min(count, readLimit))
+    if room.endless {
+      var data: [UInt8] = []
+      while data.count < count { data += room.lines.isEmpty ? [0x78] : room.lines }
+      return send(tag, .rread(data: data[..<count]))
+    }
+    guard offset < UInt64(room.lines.count) else { return }  // parked, for good
+    let start = Int(offset)
+    send(tag, .rread(data: room.lines[start..<min(room.lines.count, start + count)]))
+  }
+
+  func answer(_ tag: Tag, _ message: Message) {
+    switch message {
+    case .tversion(let size, _):
+      lock.withLock {
+        msize = min(size, 8192)
+        fids.removeAll()
+      }
+      send(tag, .rversion(msize: min(size, 8192), version: "9P2000"))
+    case .tattach(let fid, _, _, _):
+      lock.withLock { fids[fid] = "" }
+      send(tag, .rattach(qid: Qid(type: .directory, path: 1)))
+    case .tflush:
+      // The flushed read (if parked) is never answered.
+      send(tag, .rflush)
+    case .twalk(let fid, let newfid, let names):
+      guard let base = path(fid) else { return send(tag, .rerror(ename: "unknown fid")) }
+      var current = base
+      var qids: [Qid] = []
+      for name in names {
+        let next = current.isEmpty ? name : current + "/" + name
+        guard let stat = server.stat(next) else { break }
+        qids.append(stat.qid)
+        current = next
+      }
+      if qids.count < names.count {
+        return send(tag, qids.isEmpty ? .rerror(ename: "file not found") : .rwalk(qids: qids))
+      }
+      lock.withLock { fids[newfid] = current }
+      send(tag, .rwalk(qids: qids))
+    case .topen(let fid, _):
+      guard let path = path(fid), let stat = server.stat(path) else {
+        return send(tag, .rerror(ename: "unknown fid"))
+      }
+      if stat.qid.isDirectory {
+        let listing = server.listing(path)
+        lock.withLock { listings[fid] = listing }
+      }
+      send(tag, .ropen(qid: stat.qid, iounit: 0))
+    case .tread(let fid, let offset, let count):
+      guard let path = path(fid), let stat = server.stat(path) else {
+        return send(tag, .rerror(ename: "unknown fid"))
+      }
+      let limit = Int(min(count, readLimit))
+      if stat.qid.isDirectory {
+        var listing = lock.withLock { listings[fid] } ?? []
+        if offset == 0 {
+          listing = server.listing(path)
+          lock.withLock { listings[fid] = listing }
+        }
+        // Whole entries only, as a 9P directory read must.
+        var start = 0
+        while start < listing.count && UInt64(start) < offset {
+          start += 2 + Int(listing[start]) + Int(listing[start + 1]) << 8
+        }
+        var end = start
+        while end < listing.count {
+          let size = 2 + Int(listing[end]) + Int(listing[end + 1]) << 8
+          guard end + size - start <= limit else { break }
+          end += size
+        }
+        return send(tag, .rread(data: listing[start..<end]))
+      }
+      switch path {
+      case "chat/users":
+        let text = server.usersText()
+        send(tag, .rread(data: text[..<min(text.count, limit)]))
+      case "chat/post":
+        send(tag, .rerror(ename: "read failed"))
+      default:
+        if !server.holds(self, tag, path: path, offset: offset, count: count) {
+          answerRead(tag, path: path, offset: offset, count: count)
+        }
+      }
+    case .twrite(let fid, _, let data):
+      guard path(fid) == "chat/post" else { return send(tag, .rerror(ename: "write failed")) }
+      server.recordPost(Array(data))
+      send(tag, .rwrite(count: UInt32(data.count)))
+    case .tstat(let fid):
+      guard let path = path(fid), let stat = server.stat(path) else {
+        return send(tag, .rerror(ename: "unknown fid"))
+      }
+      send(tag, .rstat(stat: stat))
+    case .tclunk(let fid):
+      lock.withLock {
+        fids[fid] = nil
+        listings[fid] = nil
+      }
+      send(tag, .rclunk)
+    default:
+      send(tag, .rerror(ename: "operation not supported"))
+    }
+  }
+}
+
+extension XCTestCase {
+  /// A real `mount9bbs -f` (user alice) of `server`, torn down with the test; its log is
+  /// printed when the test failed.
+  func mountHostileChat(
+    _ server: HostileChatServer, options: [String] = [], state: String? = nil,
+    environment: [String: String] = [:]
+  ) throws -> MountProcess {
+    let directory = try makeTemporaryDirectory("mount9bbs-hostile-chat")
+    let mountpoint = directory + "/mnt"
+    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: false)
+    var environment = environment
+    if let state { environment["XDG_STATE_HOME"] = state }
+    let mount = try MountProcess(
+      address: server.address, mountpoint: mountpoint,
+      options: ["uname=alice", "timeout=5"] + options, environment: environment)
+    addTeardownBlock { [weak self] in
+      if let run = self?.testRun, run.totalFailureCount > 0 {
+        print("--- mount9bbs log:\n\(String(mount.child.text.suffix(20_000)))---")
+      }
+      mount.stop()
+      if !isMounted(mountpoint) { try? FileManager.default.removeItem(atPath: directory) }
+    }
+    return mount
+  }
+}
