@@ -112,7 +112,7 @@ struct BBSDaemonCommand: ParsableCommand {
     help: ArgumentHelp(
       "Files of /files one client may hold open at once (each is a descriptor).",
       valueName: "N"))
-  var maxOpenFiles = 256
+  var maxOpenFiles = 1024
 
   @Option(
     help: ArgumentHelp(

@@ -103,8 +103,11 @@ public struct BBSServerConfiguration: Sendable {
   public var maxConnectionsPerAddress: Int? = 32
   /// How much one TCP poster may post and write (see ``PostingLimits``).
   public var postingLimits: PostingLimits = .standard
-  /// Files of the files area one session may hold open at once (each is a descriptor).
-  public var maxOpenFilesPerSession = 256
+  /// Files of the files area one session may hold open at once (each is a descriptor). A mount
+  /// serves every process of its user through one session: fsstress's 8 processes held about
+  /// 250 at once, so 256 refused their opens. 9bbsd raises its descriptor limit to the hard one
+  /// (524288 under systemd), which 256 connections of 1024 files each stay well under.
+  public var maxOpenFilesPerSession = 1024
   /// Largest board message text in bytes (default profile: 64 KiB).
   public var maxBoardMessageSize: Int = BoardLimits.defaultMaxMessageBytes
 
