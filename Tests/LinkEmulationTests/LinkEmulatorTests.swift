@@ -104,6 +104,13 @@ final class LinkEmulatorTests: XCTestCase {
       XCTAssertEqual(echoed.flatMap { $0 }, frame(20))
       XCTAssertGreaterThanOrEqual(elapsed, 180_000_000, "round trip \(elapsed) ns")
     }
+    // The emulator counts a message once it has passed it on: the last may be counted just
+    // after the client has it.
+    XCTAssertTrue(
+      waitUntil(timeout: 5) {
+        let stats = rig.emulator.statistics()
+        return stats.downstream.messages == 3 && stats.roundTrips == 3
+      })
     let stats = rig.emulator.statistics()
     XCTAssertEqual(stats.upstream.messages, 3)
     XCTAssertEqual(stats.downstream.messages, 3)
