@@ -229,11 +229,18 @@ final class LinkFailoverTests: XCTestCase {
     // at the server, which hands it lines posted meanwhile (through the other transport) and
     // moves the user's read cursor past them; the answer goes to a session already given up.
     // Only lines posted while the stalled link was still open can be lost so.
+    // Such a post may also come once, later: it was on the wire when the link was given up,
+    // so the outbox sends it again (at least once) and the reader shows that copy.
     let seen = chatTexts(reader.text).filter { $0.hasPrefix("p ") }
-    XCTAssertEqual(seen, expected.filter { seen.contains($0) }, "the reader reordered lines")
+    let stallWindow = (71...95).map { "p \($0)" }
+    let outside = seen.filter { !stallWindow.contains($0) }
+    XCTAssertEqual(outside, expected.filter { outside.contains($0) }, "the reader reordered lines")
+    let number: (String) -> Int = { Int($0.dropFirst(2)) ?? 0 }
+    let window = seen.filter(stallWindow.contains).map(number)
+    let late = window.indices.filter { index in window[..<index].contains { $0 > window[index] } }
+    XCTAssertLessThanOrEqual(late.count, 3, "the reader reordered lines in the stall: \(window)")
     XCTAssertEqual(Set(seen).count, seen.count, "the reader saw a line twice")
     let missed = expected.filter { !seen.contains($0) }
-    let stallWindow = (71...95).map { "p \($0)" }
     XCTAssertTrue(
       missed.allSatisfy(stallWindow.contains) && missed.count <= 3,
       "the mount's reader lost lines outside the stall: \(missed)")
