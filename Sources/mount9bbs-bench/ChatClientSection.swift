@@ -37,17 +37,10 @@ extension Bench {
     }
     do {
       let sdu = settings.bleSDU
-      let socket = work + "/chatclient-board.sock"
-      let pid = try Supervisor.shared.spawn(
-        bbsd,
-        [
-          "--profile", "device", "--listen", "seqpacket!\(socket)!\(sdu)", "--rooms", "r0",
-          "--log-level", "warning",
-        ], log: work + "/9bbsd-chatclient.log")
+      let (pid, socket) = try startDeviceServer(
+        "chatclient-board", rooms: ["r0"], sdu: sdu, seeded: true)
       defer { Supervisor.shared.stop(pid) }
-      guard waitForListener(path: socket) else { throw BenchError("device 9bbsd did not start") }
       let board = TransportAddress.seqpacket(path: socket, sduLimit: sdu)
-      try seed(board, profile: .device, rooms: ["r0"])
       let profile = LinkProfile(
         roundTrip: .microseconds(Int64(settings.bleRTTms * 1000)),
         bytesPerSecond: settings.bleRate, sduSize: sdu)

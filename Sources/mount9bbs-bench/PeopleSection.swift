@@ -130,7 +130,7 @@ extension Bench {
 
   /// A device-profile 9bbsd on a seqpacket socket with `rooms`, each with one line if
   /// `seeded`: (pid, socket path).
-  private func startDeviceServer(_ name: String, rooms: [String], sdu: Int, seeded: Bool)
+  func startDeviceServer(_ name: String, rooms: [String], sdu: Int, seeded: Bool)
     throws -> (pid_t, String)
   {
     let socket = work + "/\(name).sock"
