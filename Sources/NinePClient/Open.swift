@@ -56,8 +56,11 @@ extension Session {
   /// Clunks every fid the server still holds for this session, the attach fid last, waiting at
   /// most `timeout` in all, then closes the session. A board that does not clunk on disconnect
   /// (Gen-1 keeps each fid's node in its small heap) would otherwise keep them for ever.
+  /// Reads parked here are withdrawn first (``stopParking(reason:)``), so the lines they hold
+  /// reach their owners, which read on elsewhere.
   public func retire(within timeout: Duration, reason: String) {
     let deadline = ContinuousClock.now + timeout
+    stopParking(reason: reason)
     // Requests on the wire first: a walk still out creates its fid when it is answered.
     let settled = ContinuousClock.now + timeout / 2
     while ContinuousClock.now < settled {

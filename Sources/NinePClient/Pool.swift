@@ -566,7 +566,8 @@ public final class Pool: @unchecked Sendable {
 
   /// Makes `session`, on the more preferred `addresses[index]`, the primary: new requests go
   /// there at once; the old primary finishes what it has on the wire, gives its fids back and
-  /// closes; the stream sessions close, so room feeds move over (and drop what they replay).
+  /// closes; the stream sessions retire too, so room feeds move over with every line their
+  /// parked reads held (and drop what the server replays).
   private func switchBack(to session: Session, endpoint index: Int) {
     lock.lock()
     guard case .up = link, index < endpoint, let old = primarySession else {
@@ -583,8 +584,13 @@ public final class Pool: @unchecked Sendable {
     transportSwitches += 1
     install(primary: session)
     lock.unlock()
-    logger.notice("\(addresses[index]) answers again; moving over from \(from)")
-    for stream in streams { stream.close(reason: "moved to \(addresses[index])") }
+    let to = addresses[index]
+    logger.notice("\(to) answers again; moving over from \(from)")
+    // Retired, not closed: a room feed's read parked there may hold lines the server handed
+    // it as the switch happened; retiring flushes it and waits for them.
+    for stream in streams {
+      Thread.detachNewThread { stream.retire(within: Self.switchGrace, reason: "moved to \(to)") }
+    }
     Thread.detachNewThread {
       old.retire(within: Self.switchGrace, reason: "moved to another transport")
     }

@@ -116,6 +116,8 @@ public final class Session: @unchecked Sendable {
     var nextFid: Fid = 1
     var discipline: WireDiscipline
     var closedReason: String?
+    /// Set by ``stopParking(reason:)``: reads that may park are refused from then on.
+    var parkingStoppedReason: String?
     /// Set when the session closed because the server stopped answering: since when it had
     /// been silent (its last message).
     var silentSince: ContinuousClock.Instant?
@@ -357,6 +359,11 @@ public final class Session: @unchecked Sendable {
       completion(.failure(.sessionClosed(reason: reason)))
       return RequestHandle(id: id)
     }
+    if options.mayPark, let reason = state.parkingStoppedReason {
+      condition.unlock()
+      completion(.failure(.sessionClosed(reason: reason)))
+      return RequestHandle(id: id)
+    }
     let pending = Pending(
       id: id, message: message, mayPark: options.mayPark, completion: completion,
       spliceSink: spliceSink)
@@ -536,6 +543,35 @@ public final class Session: @unchecked Sendable {
     }
     onCloseHandlers.append(handler)
     condition.unlock()
+  }
+
+  /// Withdraws every read that may park and refuses new ones (as if closed), so that their
+  /// owners read on another session; the session goes on serving other requests. Called
+  /// before a retire: a read the server parked holds lines posted meanwhile, and closing
+  /// the socket under it would lose the ones the server had handed it. A flushed read
+  /// completes with its reply if that crossed the flush (those lines are kept), else with
+  /// `.flushed`; one still queued completes with `.cancelled`.
+  public func stopParking(reason: String) {
+    condition.lock()
+    guard state.closedReason == nil, state.parkingStoppedReason == nil else {
+      condition.unlock()
+      return
+    }
+    state.parkingStoppedReason = reason
+    var withdrawn: [Pending] = []
+    for pending in state.byID.values.sorted(by: { $0.id < $1.id })
+    where pending.traits.mayPark && !pending.abandoned && !pending.answered {
+      if pending.tag == nil {
+        state.queue.removeAll { $0 === pending }
+        state.byID[pending.id] = nil
+        withdrawn.append(pending)
+      } else {
+        enqueueFlushLocked(pending)
+      }
+    }
+    condition.signal()
+    condition.unlock()
+    for pending in withdrawn { pending.completion?(.failure(.cancelled)) }
   }
 
   /// Closes the transport and fails every pending request with `.sessionClosed(reason)`.

@@ -262,6 +262,62 @@ final class LinkFailoverTests: XCTestCase {
     XCTAssertTrue(reader.isRunning)
   }
 
+  /// Going back to the preferred transport loses no line. The other transport is slow (a
+  /// proxy holding each chunk 0.2 s) and a second user posts every 50 ms straight to the
+  /// board, so when the mount moves back a reply to its room feed's parked read is nearly
+  /// always on its way, and the server has moved the user's read position past its lines.
+  /// Closing that session lost them; retiring it (the read is flushed and its reply waited
+  /// for) keeps them. Posts flow only around the move back, so nothing is lost to the cut.
+  func testSwitchingBackToThePreferredTransportLosesNoLine() throws {
+    let preferredListener = directory + "/a.sock"
+    let otherListener = directory + "/b.sock"
+    _ = try startServer(listening: ["unix!" + preferredListener, "unix!" + otherListener])
+    let proxy = try FaultProxy(
+      listen: .unix(path: directory + "/proxy.sock"), server: .unix(path: preferredListener))
+    defer { proxy.stop() }
+    let slow = try FaultProxy(
+      listen: .unix(path: directory + "/slow.sock"), server: .unix(path: otherListener))
+    defer { slow.stop() }
+    slow.setDelay(0.2)
+    let preferred = "unix!" + directory + "/proxy.sock"
+    let other = "unix!" + directory + "/slow.sock"
+    let mnt = try mount(preferred + "," + other, options: ["keepalive=1", "timeout=10"])
+    let poster = try mount("unix!" + preferredListener, options: ["uname=poster"], name: "poster")
+    func transport() -> String? { link(mnt)?["transport"] as? String }
+    let reader = try startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
+    try sh("echo 'start' > \(poster)/chat/post")
+    XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("start") }, logs)
+
+    proxy.setRefusing(true)
+    XCTAssertTrue(
+      waitUntil(timeout: 20, interval: 0.1) { transport() == other },
+      "no failover after a cut: \(String(describing: self.link(mnt)))\n\(logs)")
+    try sh("echo 'on the slow link' > \(poster)/chat/post")
+    XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("on the slow link") }, logs)
+
+    let posts = 100
+    let writer = try startBackground(
+      "for n in $(seq \(posts)); do echo \"s $n\" > \(poster)/chat/post || echo FAIL $n >&2; sleep 0.05; done"
+    )
+    XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("s 5\n") }, logs)
+    proxy.setRefusing(false)
+    XCTAssertTrue(
+      waitUntil(timeout: 30, interval: 0.1) { transport() == preferred },
+      "did not return to the preferred transport: \(String(describing: self.link(mnt)))\n\(logs)"
+    )
+    XCTAssertTrue(writer.wait(timeout: 120), "the writer hung")
+    XCTAssertFalse(writer.text.contains("FAIL"), "posts refused: \(writer.text)")
+    XCTAssertTrue(
+      waitUntil(timeout: 30) { reader.text.contains("s \(posts)\n") },
+      "the reader did not get the last post: \(reader.text.suffix(400))\n\(logs)")
+    Thread.sleep(forTimeInterval: 1)  // so that a late duplicate would show
+    let seen = chatTexts(reader.text).filter { $0.hasPrefix("s ") }
+    let expected = (1...posts).map { "s \($0)" }
+    XCTAssertEqual(
+      seen, expected,
+      "lost \(expected.filter { !seen.contains($0) }), the reader saw \(seen.count) lines\n\(logs)")
+  }
+
   /// `outbox=off` and a frozen server: a post made then is refused with ENOTCONN once the
   /// freeze is noticed (within two keepalive periods), not accepted; after the server runs
   /// again, posting works.
