@@ -66,7 +66,7 @@ public enum ErrorStrings {
     "rstat build failed": EIO,
     "rwrite build failed": EIO,
     "rcreate build failed": EIO,
-    // 9p4z's per-operation fallbacks for EIO and every errno its table lacks (docs/board-facts.md §7.6), and
+    // 9p4z's per-op fallbacks for EIO and errnos its table lacks (docs/board-facts.md §7.6), and
     // Gen-1's one generic string per operation: nothing more precise can be said.
     "open failed": EIO,
     "read failed": EIO,

@@ -17,7 +17,7 @@ final class ErrorStringsTests: XCTestCase {
     XCTAssertEqual(ErrorStrings.ename(for: EIO, operation: "write"), "write failed")
   }
 
-  /// Every Rerror text 9bbsd can send, and every one the 9p4z core sends (docs/board-facts.md §7.6), is in
+  /// Every Rerror text 9bbsd can send, and every one 9p4z sends (docs/board-facts.md §7.6), is in
   /// the exact table: none reaches a program as an EIO by default. 9bbsd's texts are read from
   /// its sources, so a new one cannot be added without a mapping.
   func testEveryTextTheServersSendIsMapped() throws {

@@ -58,7 +58,7 @@ public struct BoardLimits: Sendable, Equatable {
   public var refusesControlCharacters = false
   /// `/chat/users` lists the users present now: those with a session attached, each with
   /// the time since their last read, post or attach. A board lists every user who ever read
-  /// a room, for as long as it runs (docs/board-facts.md §1.4), and the device and gen1 profiles do too.
+  /// a room while it runs (docs/board-facts.md §1.4), and the device and gen1 profiles do too.
   public var listsConnectedUsers = false
 
   /// The default ``maxMessageBytes`` of the default profile: 64 KiB.

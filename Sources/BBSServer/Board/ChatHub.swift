@@ -18,7 +18,7 @@ public enum ChatReadOutcome: Sendable, Equatable {
 }
 
 /// The chat rooms of a 9BBS: ring buffers of lines, per-user read cursors, presence and
-/// waiters for parked reads (docs/board-facts.md §1.3–§1.5). Thread-safe; wake-up callbacks run on the
+/// waiters for parked reads (docs/board-facts.md §1.3–§1.5). Thread-safe; wake-ups run on the
 /// posting thread after the lock is released.
 public final class ChatHub: Sendable {
   private struct Room {
