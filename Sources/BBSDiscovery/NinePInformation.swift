@@ -31,7 +31,7 @@ public enum NinePInformationService {
     }
   }
 
-  /// PSMs tried, in order, when the transport information names none (facts §9 item 14).
+  /// PSMs tried in order when the transport information names none (docs/board-facts.md §9.14).
   public static let fallbackPSMs: [UInt16] = [0x0080, 0x0009]
 }
 
@@ -103,7 +103,7 @@ public struct NinePInformation: Sendable, Hashable, Codable {
 
 /// The Transport Information characteristic, parsed leniently.
 ///
-/// The format is `<transport>:<key>=<value>[,<key>=<value>]*`, but real boards vary (facts §5):
+/// Format: `<transport>:<key>=<value>[,<key>=<value>]*`, but boards vary (docs/board-facts.md §5):
 /// `l2cap:psm=0x0009,mtu=4096`, `l2cap:psm=9,mtu=4096,dynamic,sessions=4,range=80-ff`,
 /// `l2cap:psm=0x%04x` without an MTU, a bare `psm=9`. Numbers may be decimal or `0x` hex;
 /// unknown keys and bare tokens are kept; nothing here throws.

@@ -1,6 +1,6 @@
 import Crypto
 
-/// The Tauth challenge response of the 9p4z core (facts §6), and the board's proof of its own
+/// The Tauth challenge response of 9p4z (docs/board-facts.md §6), and the board's proof of its own
 /// key: what the client reads from and writes to the afid, and how either side checks it.
 /// `docs/authentication.md` gives the same bytes for a board's verifier.
 ///

@@ -1,6 +1,6 @@
 // BBSIdentity: who you are on a 9BBS board.
 //
-// A board (the 9p4z core's Tauth, facts §6) knows a user by a self-certifying identity: the
+// A board (9p4z's Tauth, docs/board-facts.md §6) knows a user by a self-certifying identity: the
 // hex of the first 20 bytes of SHA-256 over the user's public key. Proving it takes one
 // challenge: Tauth(identity) → read a 32-byte challenge from the afid (followed by the board's
 // own key, on a board that has one) → write signature[64] ‖ public key (Ed25519: 32 bytes;

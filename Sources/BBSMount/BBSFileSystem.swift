@@ -290,7 +290,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   }
 
   /// The longest name a new entry may have: a board's walk takes names of at most 63 bytes
-  /// (facts §1.7), other servers what Linux allows (NAME_MAX).
+  /// (docs/board-facts.md §1.7), other servers what Linux allows (NAME_MAX).
   private var nameLimit: Int {
     pool.configuration.profile == .device ? 63 : ListingCache.maxNameLength
   }

@@ -4,7 +4,7 @@
 // - `Board` (Board/) is the content: chat rooms with per-user cursors and waiters, board rooms,
 //   /etc and users, persisted through a `BoardStore` (memory or SQLite). Every part has its own
 //   Mutex; nothing in it knows 9P.
-// - `Tree` maps the 9BBS namespace (facts §1.2) onto the board and the optional files area:
+// - `Tree` maps the 9BBS tree (docs/board-facts.md §1.2) onto the board and the files area, if any:
 //   walks, qids, stats (with the device's QTDIR quirks), listings, reads, writes, creates.
 // - `ServerSession` is one 9P session: msize, fids, parked reads, and (with `auth`) its Tauth
 //   table (`AuthTable`: challenges, verified identities); each fid belongs to a `BoardUser`.

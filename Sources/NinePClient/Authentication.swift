@@ -2,7 +2,7 @@ import Foundation
 import NinePProtocol
 import NinePTransport
 
-/// How a session proves who it is with the 9p4z core's Tauth (facts §6): Tauth(afid,
+/// How a session proves who it is with the 9p4z core's Tauth (docs/board-facts.md §6): Tauth(afid,
 /// identity) → Tread(afid) gives a challenge → Twrite(afid, response) → [Tread(afid) gives
 /// the board's proof, when the answer asks for one] → Tattach(afid, identity) → Tclunk(afid).
 /// Every session of a pool and every reconnect does it again.
@@ -99,7 +99,7 @@ public struct Authentication: Sendable {
   }
 }
 
-/// Why authentication failed: the 9p4z core's Tauth/Tattach errors (facts §6) and the
+/// Why authentication failed: the 9p4z core's Tauth/Tattach errors (docs/board-facts.md §6) and the
 /// client's own.
 public enum AuthenticationError: Error, Sendable, Equatable, CustomStringConvertible {
   /// `authentication not required`: the server does not authenticate (an error only with

@@ -4,7 +4,7 @@ import NinePTransport
 /// The wire discipline a session follows, chosen per server.
 ///
 /// A 9p4z device serves one request at a time per channel and drops the channel when an SDU
-/// arrives while it is busy; a TCP 9P server multiplexes. See `9bbs-server-facts.md` §3, §9.
+/// arrives while it is busy; a TCP 9P server multiplexes. See `docs/board-facts.md` §3, §9.
 public enum ServerProfile: String, Sendable, CaseIterable, CustomStringConvertible {
   /// One non-parked request in flight, ≤ 16 tags, ≤ 32 fids, ≤ 4 parked reads, one read per
   /// fid, msize ≤ 8192.

@@ -6,7 +6,7 @@
 // ``WireDiscipline/readToRotate(now:queuedStreams:)``. Tags, fids, timeouts and the queue stay
 // with the session.
 //
-// The device rules (facts §2, §3.2, §9 items 3–4): a 9p4z board handles one request at a time
+// Device rules (docs/board-facts.md §2, §3.2, §9.3–9.4): a 9p4z board serves one request at a time
 // per channel and drops the channel when an SDU arrives while it is busy.
 // - Busy: one non-parked request in flight at a time.
 // - Grace: after a read that may park, nothing else goes for `parkGrace` (or three smoothed
@@ -135,7 +135,7 @@ struct WireDiscipline: Sendable {
     held[tag]?.flushing = true
   }
 
-  /// `tag` got no reply within its timeout. A lost reply (facts §3.2: TX buffer timeout,
+  /// `tag` got no reply in time. A lost reply (docs/board-facts.md §3.2: TX buffer timeout,
   /// oversized SDU) would keep a device channel busy for ever; after a whole timeout the device
   /// is done with it, so the channel is free for the Tflush. Its other slots stay taken until
   /// the reply or the Rflush.

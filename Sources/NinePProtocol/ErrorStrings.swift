@@ -10,7 +10,7 @@
 /// strings, and 9p4z Gen-1's generic per-operation `… failed` strings. Text is matched exactly
 /// first, then by substring; anything unknown is `EIO`, and the caller keeps the text for logs.
 public enum ErrorStrings {
-  /// Exact texts, 9p4z HEAD first (`9bbs-server-facts.md` §7.6, §1.9), then Plan 9's.
+  /// Exact texts, 9p4z HEAD first (`docs/board-facts.md` §7.6, §1.9), then Plan 9's.
   static let exact: [String: Int32] = [
     // 9p4z errno_to_ename.
     "permission denied": EACCES,
@@ -66,7 +66,7 @@ public enum ErrorStrings {
     "rstat build failed": EIO,
     "rwrite build failed": EIO,
     "rcreate build failed": EIO,
-    // 9p4z's per-operation fallbacks for EIO and every errno its table lacks (facts §7.6), and
+    // 9p4z's per-op fallbacks for EIO and errnos its table lacks (docs/board-facts.md §7.6), and
     // Gen-1's one generic string per operation: nothing more precise can be said.
     "open failed": EIO,
     "read failed": EIO,

@@ -6,7 +6,7 @@ import XCTest
 
 /// The pure parts: lenient 9PIS transport information, board names, the cache file.
 final class ParsingAndCacheTests: XCTestCase {
-  /// Every form real boards use (facts §5), plus broken ones, parses without throwing; the PSM
+  /// Every form boards use (docs/board-facts.md §5), and broken ones, parses without error; the PSM
   /// falls back to 0x0080 then 0x0009 when missing or unreadable.
   func testTransportInformationIsParsedLeniently() {
     let cases: [(String, String?, UInt16?, Int?, [String], [UInt16])] = [

@@ -6,7 +6,7 @@ import XCTest
 
 @testable import BBSServer
 
-/// Tauth as the 9p4z core does it (facts §6), in 9bbsd: the challenge, the response, the
+/// Tauth as 9p4z does it (docs/board-facts.md §6), in 9bbsd: the challenge, the response, the
 /// attach, every error string, the per-session limit of 4, guests, nicknames, sysops, and chat
 /// cursors keyed by identity.
 final class AuthenticationTests: ServerTestCase {

@@ -5,7 +5,7 @@ import NinePTransport
 import TestSupport
 import XCTest
 
-/// A device can lose a response (TX buffer timeout, SDU larger than the peer's MTU; facts §3.2,
+/// A device can lose a reply (TX buffer timeout, SDU over the peer's MTU; docs/board-facts.md §3.2,
 /// §9.5). The device profile keeps the channel "busy" until a request is answered, so a lost
 /// reply must not wedge the session: on timeout the client flushes and carries on, and if the
 /// device answers nothing at all the session closes so its owner can reconnect.

@@ -4,7 +4,7 @@ import XCTest
 @testable import NinePProtocol
 
 final class ErrorStringsTests: XCTestCase {
-  /// Every 9p4z HEAD ename maps back to the errno it came from (facts §7.6).
+  /// Every 9p4z HEAD ename maps back to the errno it came from (docs/board-facts.md §7.6).
   func testNinePForZTableRoundTrips() {
     let codes: [Int32] = [
       EACCES, EPERM, ENOENT, ENOTDIR, EISDIR, EEXIST, ENOSPC, ENOMEM, EINVAL, ENOTSUP, EAGAIN,
@@ -17,7 +17,7 @@ final class ErrorStringsTests: XCTestCase {
     XCTAssertEqual(ErrorStrings.ename(for: EIO, operation: "write"), "write failed")
   }
 
-  /// Every Rerror text 9bbsd can send, and every one the 9p4z core sends (facts §7.6), is in
+  /// Every Rerror text 9bbsd can send, and every one 9p4z sends (docs/board-facts.md §7.6), is in
   /// the exact table: none reaches a program as an EIO by default. 9bbsd's texts are read from
   /// its sources, so a new one cannot be added without a mapping.
   func testEveryTextTheServersSendIsMapped() throws {
@@ -41,7 +41,7 @@ final class ErrorStringsTests: XCTestCase {
     for operation in ["open", "read", "write", "create", "stat", "remove", "wstat"] {
       texts.insert("\(operation) failed")
     }
-    // The 9p4z core's protocol-level texts (facts §7.6).
+    // The 9p4z core's protocol-level texts (docs/board-facts.md §7.6).
     texts.formUnion([
       "unknown fid", "fid not open", "fid not open for reading", "fid not open for writing",
       "fid already open", "cannot walk an open fid", "too many name elements",
@@ -71,7 +71,7 @@ final class ErrorStringsTests: XCTestCase {
       ("remove failed", EIO), ("stat failed", EIO), ("aname not found", ENOENT),
       ("unsupported version", EPROTONOSUPPORT), ("Permission Denied", EACCES),
       ("'/x' does not exist", ENOENT), ("something odd happened", EIO), ("", EIO),
-      // Tauth and Tattach (facts §6).
+      // Tauth and Tattach (docs/board-facts.md §6).
       ("authentication not required", EOPNOTSUPP), ("invalid identity", EINVAL),
       ("authentication timeout", ETIMEDOUT), ("invalid auth response size", EINVAL),
       ("must read challenge first", EINVAL), ("authentication failed", EACCES),

@@ -5,7 +5,7 @@ protocol LineFilter {
 }
 
 /// Drops exact copies of recent lines (stamp, author and text alike): what a board that keys
-/// every reader's place by its last writer sends again when someone new posts (facts §1.3).
+/// every reader's place by its last writer replays for a new poster (docs/board-facts.md §1.3).
 /// A line genuinely repeated by the same author in the same second is dropped too; that is
 /// the price on such a board, and the filter is only armed there.
 struct EchoFilter: LineFilter {

@@ -33,7 +33,7 @@ public final class Board: Sendable {
 
   /// Tcreate of a directory at the BBS root: creates a board room. In the device profile the
   /// room is created and then ``BoardError/storage(_:)`` is thrown anyway, as a device reports
-  /// `create failed` (facts §1.6).
+  /// `create failed` (docs/board-facts.md §1.6).
   public func createRoomAtRoot(_ name: String) throws(BoardError) {
     try rooms.createRoom(name)
     if limits.failsRootRoomCreate {

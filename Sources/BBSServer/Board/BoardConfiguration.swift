@@ -41,7 +41,7 @@ public struct BoardLimits: Sendable, Equatable {
   /// Chat line stamps.
   public var clock: ChatClockStyle
   /// Creating a board room at the root reports failure although the room is created, as a
-  /// device does (facts §1.6).
+  /// device does (docs/board-facts.md §1.6).
   public var failsRootRoomCreate: Bool
   /// Only the latest Twrite makes up a board message (device). Otherwise writes at increasing
   /// offsets are assembled and the whole text is parsed again, so chunked writes work.
@@ -58,7 +58,7 @@ public struct BoardLimits: Sendable, Equatable {
   public var refusesControlCharacters = false
   /// `/chat/users` lists the users present now: those with a session attached, each with
   /// the time since their last read, post or attach. A board lists every user who ever read
-  /// a room, for as long as it runs (facts §1.5), and the device and gen1 profiles do too.
+  /// a room while it runs (docs/board-facts.md §1.4), and the device and gen1 profiles do too.
   public var listsConnectedUsers = false
 
   /// The default ``maxMessageBytes`` of the default profile: 64 KiB.

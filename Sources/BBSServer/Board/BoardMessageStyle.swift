@@ -3,7 +3,7 @@ import Glibc
 
 /// How a board message file reads.
 public enum BoardMessageStyle: Sendable, Equatable {
-  /// A device's rendering (facts §1.4): `Date:` is raw milliseconds, `Subject:` only what the
+  /// A device's rendering (docs/board-facts.md §1.4): `Date:` is raw ms, `Subject:` only what the
   /// writer's header said (often empty).
   case device
   /// A readable one: an RFC 2822 `Date:` (UTC), and a `Subject:` taken from the body's first

@@ -1,7 +1,7 @@
 /// Who a request comes from, as the board sees it.
 ///
 /// Without authentication a user is the uname it attached with (``id`` and ``name`` alike, as
-/// on a Gen-1 board). With authentication (facts §6) the ``id`` is the verified identity (40
+/// on a Gen-1 board). With Tauth (docs/board-facts.md §6) the ``id`` is the verified identity (40
 /// hex characters) and the ``name`` its nickname or short form; a guest is `""` for both, which
 /// the chat shows as `guest`.
 public struct BoardUser: Hashable, Sendable, ExpressibleByStringInterpolation,

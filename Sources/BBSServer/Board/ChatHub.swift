@@ -18,7 +18,7 @@ public enum ChatReadOutcome: Sendable, Equatable {
 }
 
 /// The chat rooms of a 9BBS: ring buffers of lines, per-user read cursors, presence and
-/// waiters for parked reads (facts §1.3–§1.5). Thread-safe; wake-up callbacks run on the
+/// waiters for parked reads (docs/board-facts.md §1.3–§1.5). Thread-safe; wake-ups run on the
 /// posting thread after the lock is released.
 public final class ChatHub: Sendable {
   private struct Room {
@@ -78,7 +78,7 @@ public final class ChatHub: Sendable {
 
   // MARK: Posting
 
-  /// Posts a `/chat/post` payload from `author` (facts §1.5).
+  /// Posts a `/chat/post` payload from `author` (docs/board-facts.md §1.5).
   ///
   /// A `:` within the first 32 bytes of the first line names the room (`room:text`), else the
   /// room is `lobby`. One post is one line: each line of a payload of several (`\n` or

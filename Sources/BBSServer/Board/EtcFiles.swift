@@ -1,7 +1,7 @@
 import Logging
 import Synchronization
 
-/// The files of `/etc` (facts §1.2, §1.6).
+/// The files of `/etc` (docs/board-facts.md §1.2, §1.6).
 public enum EtcField: String, Sendable, CaseIterable, Hashable {
   case boardname, sysop, motd, location, description, version, registration
 

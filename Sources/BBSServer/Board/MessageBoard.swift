@@ -2,7 +2,7 @@ import Logging
 import Synchronization
 
 /// The board rooms under `/rooms`: RFC-822-style messages created by Tcreate and filled by
-/// Twrite (facts §1.4, §1.6). Thread-safe.
+/// Twrite (docs/board-facts.md §1.4, §1.6). Thread-safe.
 public final class MessageBoard: Sendable {
   private struct Room {
     var messages: [BoardMessage] = []

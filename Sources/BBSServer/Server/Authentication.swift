@@ -2,7 +2,7 @@ import BBSIdentity
 import Logging
 import NinePProtocol
 
-/// Whether the server authenticates (the 9p4z core's `ninep_auth_config`, facts §6).
+/// Whether the server authenticates (the 9p4z core's `ninep_auth_config`, docs/board-facts.md §6).
 public enum AuthPolicy: String, Sendable, CaseIterable {
   /// No authentication: Tauth gets `authentication not required` and the attach uname is the
   /// user, unverified, as on a Gen-1 board.

@@ -7,7 +7,7 @@ import Synchronization
 
 /// One client connection: its transport, its session and the reader loop that feeds it.
 final class Connection: Sendable {
-  /// The device RX state machine of facts §3.2.
+  /// The device RX state machine of docs/board-facts.md §3.2.
   private enum Receive: Sendable {
     case waitSize
     case waitData

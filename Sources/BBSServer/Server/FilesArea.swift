@@ -2,7 +2,7 @@ import Foundation
 import Glibc
 import NinePProtocol
 
-/// A request failed; `ename` is the Rerror text (9p4z table, facts §7.6).
+/// A request failed; `ename` is the Rerror text (9p4z table, docs/board-facts.md §7.6).
 struct NinePFailure: Error, Equatable {
   let ename: String
   /// Whether the failure came from the file system (an errno) rather than the 9P layer; Gen-1

@@ -1,6 +1,6 @@
 import NinePProtocol
 
-/// One object of the served tree (facts §1.2), identified by what it is rather than by an
+/// One node of the served tree (docs/board-facts.md §1.2), known by what it is rather than by an
 /// allocated handle, so a fid is just a node value and clunking frees nothing.
 enum Node: Hashable, Sendable {
   case root

@@ -59,7 +59,7 @@ final class ServerSession: Sendable {
 
   /// Device or gen1: a board's fid, create, remove and wstat rules.
   private var device: Bool { configuration.profile.imitatesBoard }
-  /// The Gen-1 board's synchronous core and chat (facts §1.3, §1.9, §7, §10).
+  /// The Gen-1 board's synchronous core and chat (docs/board-facts.md §1.3, §1.9, §7, §10).
   private var gen1: Bool { configuration.profile == .gen1 }
 
   /// - Parameters:
@@ -192,7 +192,7 @@ final class ServerSession: Sendable {
 
   /// How many bytes a Tread asking for `count` gets at most: what one Rread can carry.
   private func readLimit(_ count: UInt32, _ state: State) -> Int {
-    // Gen-1 clamps to its 8192-byte TX buffer, not to the negotiated msize (facts §7.2).
+    // Gen-1 clamps to its 8192-byte TX buffer, not to the msize (docs/board-facts.md §7.2).
     let buffer = gen1 ? configuration.maxMessageSize : state.msize
     return min(Int(count), max(0, buffer - NineP.readOverhead))
   }
@@ -215,7 +215,7 @@ final class ServerSession: Sendable {
       descriptor: own, offset: Int64(clamping: offset), count: min(limit, available))
   }
 
-  /// Gen-1's server collapses every file system errno into one string per request (facts §1.9).
+  /// Gen-1 collapses every file system errno into one string per op (docs/board-facts.md §1.9).
   private static func gen1Ename(_ error: NinePFailure, for message: Message) -> String {
     guard error.isFileSystemError else { return error.ename }
     switch message {
@@ -451,7 +451,7 @@ final class ServerSession: Sendable {
 
     case .twstat(let fid, let stat):
       guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
-      // A board has no Twstat at all, even for a wstat that changes nothing (facts §10).
+      // A board has no Twstat, even for a wstat that changes nothing (docs/board-facts.md §10).
       guard !device else { throw NinePFailure("wstat not supported") }
       state.fids[fid]?.node = try tree.wstat(entry.node, stat)
       return .rwstat
@@ -461,7 +461,7 @@ final class ServerSession: Sendable {
     }
   }
 
-  /// Who a Tattach makes its fid belong to (facts §6): without authentication the uname; with
+  /// Who a Tattach's fid belongs to (docs/board-facts.md §6): unauthenticated, the uname; with
   /// it the identity its afid proved, else a guest, unless authentication is required.
   private func attachingUser(afid: Fid, uname: String, state: State) throws(NinePFailure)
     -> BoardUser

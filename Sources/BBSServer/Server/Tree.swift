@@ -2,7 +2,7 @@ import Glibc
 import NinePProtocol
 import Synchronization
 
-/// The 9BBS tree of facts §1.2 served from a ``Board``: walking, stats, listings, reads,
+/// The 9BBS tree (docs/board-facts.md §1.2) served from a ``Board``: walks, stats, listings, reads,
 /// writes and creates. Chat-room reads (which may park) are the session's business.
 ///
 /// In the device and gen1 profiles (`device`), walks and Tstat reproduce `bbs_create_node`: only message and /etc
@@ -34,7 +34,7 @@ final class Tree: Sendable {
 
   private static let owner = "zephyr"
 
-  /// The `/etc/nets` entries. A device lists nets it cannot read (facts §1.2); this server
+  /// `/etc/nets` entries. A device lists nets it can't read (docs/board-facts.md §1.2); this server
   /// belongs to no net, so the default profile lists none.
   private var nets: [String] { device ? etcNets : [] }
 
