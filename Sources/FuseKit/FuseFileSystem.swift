@@ -1,6 +1,6 @@
 import Glibc
 
-/// A file system served through ``FuseSession``: one method per FUSE low-level operation.
+/// A file system served through ``FuseMount``: one method per FUSE low-level operation.
 ///
 /// Every method except ``initialize(_:notifier:)``, ``destroy()`` and
 /// ``forget(inode:lookups:)`` gets a ``FuseRequest`` and must answer it exactly once, with the

@@ -8,7 +8,7 @@ import Synchronization
 /// libfuse's handlers only set the session's exit flag; the loop sees it when its semaphore
 /// wait is interrupted, which happens only if the signal lands on the loop's thread. This
 /// relay calls libfuse's handler, then writes the signal number to a pipe; a relay thread
-/// reads it and calls `FuseSession.exit()`, which wakes the loop wherever the signal landed.
+/// reads it and calls `FuseMount.exit()`, which wakes the loop wherever the signal landed.
 enum SignalRelay {
   static let signals = [SIGINT, SIGTERM, SIGHUP]
 
@@ -16,7 +16,7 @@ enum SignalRelay {
   nonisolated(unsafe) static var libfuseHandlers: [sigaction] = Array(
     repeating: sigaction(), count: 65)
   nonisolated(unsafe) static var writeFD: Int32 = -1
-  static let target = Mutex<FuseSession?>(nil)
+  static let target = Mutex<FuseMount?>(nil)
   static let started = Mutex(false)
 
   /// Clears the signal mask inherited from the parent and restores default dispositions, so
@@ -29,7 +29,7 @@ enum SignalRelay {
   }
 
   /// After `fuse_set_signal_handlers`: wraps libfuse's handlers with the relay.
-  static func install(_ session: FuseSession) {
+  static func install(_ session: FuseMount) {
     startRelayThread()
     target.withLock { $0 = session }
     for s in signals {

@@ -329,16 +329,16 @@ enum Unmounter {
       Diagnostics.fail("mount9bbs: \(error); unmounting without asking its daemon")
       record = nil
     }
-    if let pid = record?.livePID, FuseSession.isFuseMount(path: path) {
+    if let pid = record?.livePID, FuseMount.isFuseMount(path: path) {
       kill(pid, SIGTERM)
       let deadline = Date(timeIntervalSinceNow: 5)
-      while FuseSession.isFuseMount(path: path) && Date() < deadline {
+      while FuseMount.isFuseMount(path: path) && Date() < deadline {
         usleep(10_000)
       }
-      if !FuseSession.isFuseMount(path: path) { return }
+      if !FuseMount.isFuseMount(path: path) { return }
     }
     do {
-      try FuseSession.unmount(path: path)
+      try FuseMount.unmount(path: path)
       record?.remove()
     } catch {
       Diagnostics.fail("mount9bbs: \(error)")
