@@ -9,7 +9,7 @@
 // (SIGINT/SIGTERM/SIGHUP, when the mount handles them) go through libfuse's handler and a
 // relay thread that calls `exit()`, which any thread may call.
 //
-// Exactly once. Every request gets one reply. SessionCore records each request from the
+// Exactly once. Every request gets one reply. FuseUserdata records each request from the
 // moment libfuse hands it over until its reply; the first reply wins, later ones are dropped
 // and logged. So a parked read may race data, interrupt, timeout and shutdown safely, and the
 // winner is the one whose `PendingReply.take()` returned the request. When the loop ends, the
@@ -141,7 +141,7 @@ public final class FuseMount: Sendable {
   /// Cache invalidation and poll wake-ups for this mount.
   public let notifier: FuseNotifier
 
-  let core: SessionCore
+  let core: FuseUserdata
   private let logger: Logger
   private let state = Mutex(State.created)
   private let stopped = DispatchSemaphore(value: 0)
@@ -170,7 +170,7 @@ public final class FuseMount: Sendable {
     self.logger = logger
     self.mountpoint = mountpoint
     self.options = options
-    core = SessionCore(
+    core = FuseUserdata(
       fileSystem: fileSystem, logger: logger, trace: options.trace, maxRead: options.maxRead)
     notifier = FuseNotifier(core: core)
     LibfuseLog.install()
@@ -198,7 +198,7 @@ public final class FuseMount: Sendable {
     defer { cStrings.forEach { free($0) } }
     argv.removeAll()
     var cArgv = cStrings
-    var ops = SessionCore.operations()
+    var ops = FuseUserdata.operations()
     let created = cArgv.withUnsafeMutableBufferPointer { buf -> OpaquePointer? in
       var args = fuse_args(argc: Int32(buf.count), argv: buf.baseAddress, allocated: 0)
       defer { fuse_opt_free_args(&args) }

@@ -11,14 +11,14 @@ import Glibc
 /// out. A request's memory belongs to libfuse until the reply, so nothing here touches it
 /// after that.
 public struct FuseRequest: @unchecked Sendable, Hashable {
-  // @unchecked: `raw` is only handed to libfuse while the session core knows it is
+  // @unchecked: `raw` is only handed to libfuse while its FuseUserdata knows it is
   // outstanding, under the core's gate.
   let raw: OpaquePointer
   /// Session-unique number (pointers are reused by libfuse; ids are not).
   public let id: UInt64
-  let core: SessionCore
+  let core: FuseUserdata
 
-  init(raw: OpaquePointer, id: UInt64, core: SessionCore) {
+  init(raw: OpaquePointer, id: UInt64, core: FuseUserdata) {
     self.raw = raw
     self.id = id
     self.core = core
