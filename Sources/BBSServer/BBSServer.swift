@@ -6,8 +6,8 @@
 //   Mutex; nothing in it knows 9P.
 // - `Tree` maps the 9BBS namespace (facts §1.2) onto the board and the optional files area:
 //   walks, qids, stats (with the device's QTDIR quirks), listings, reads, writes, creates.
-// - `ServerSession` is one 9P session: msize, fids, parked reads, and (with `auth`) its Tauth
-//   table (`AuthTable`: challenges, verified identities); each fid belongs to a `BoardUser`.
+// - `ConnectionHandler` serves one 9P session: msize, fids, parked reads, and (with `auth`) its
+//   Tauth table (`AuthTable`: challenges, verified identities); each fid belongs to a `BoardUser`.
 //   `process(frame)` runs one request under the session's lock and returns the reply frames; a
 //   parked chat read registers a waiter with the chat hub, and a later post wakes it on
 //   `wakeQueue`, which re-reads under the same lock and sends the Rread itself.

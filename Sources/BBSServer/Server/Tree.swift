@@ -223,7 +223,7 @@ final class Tree: Sendable {
 
   // MARK: Reading and writing
 
-  /// Reads a node that is not a chat room (those park; see ServerSession).
+  /// Reads a node that is not a chat room (those park; see ConnectionHandler).
   func read(_ node: Node, offset: UInt64, count: Int, user: BoardUser, fd: Int32?)
     throws(NinePFailure) -> [UInt8]
   {

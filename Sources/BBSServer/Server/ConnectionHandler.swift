@@ -6,13 +6,13 @@ import NinePProtocol
 import NinePTransport
 import Synchronization
 
-/// One 9P session (one connection): version, fids, parked reads.
+/// Serves the 9P session of one connection: version, fids, parked reads.
 ///
 /// ``process(_:)`` handles one request frame and returns the frames to send now, in order.
 /// Replies to parked reads are sent later through `send`, from the thread that ran the wake.
 /// All state sits behind one lock held for a whole request, so a wake-up (or a Tflush) sees a
 /// parked read either fully registered or not at all.
-final class ServerSession: Sendable {
+final class ConnectionHandler: Sendable {
   private struct FidState {
     var node: Node
     var user: BoardUser
