@@ -4,7 +4,7 @@
 // - `Board` (Board/) is the content: chat rooms with per-user cursors and waiters, board rooms,
 //   /etc and users, persisted through a `BoardStore` (memory or SQLite). Every part has its own
 //   Mutex; nothing in it knows 9P.
-// - `Tree` maps the 9BBS namespace (facts §1.2) onto the board and the optional files area:
+// - `Namespace` maps the 9BBS namespace (facts §1.2) onto the board and the optional files area:
 //   walks, qids, stats (with the device's QTDIR quirks), listings, reads, writes, creates.
 // - `ConnectionHandler` serves one 9P session: msize, fids, parked reads, and (with `auth`) its
 //   Tauth table (`AuthTable`: challenges, verified identities); each fid belongs to a `BoardUser`.
@@ -53,7 +53,7 @@ public final class BBSServer: Sendable {
   /// The content served; tests and the mount's `--local` mode may use it directly.
   public let board: Board
 
-  let tree: Tree
+  let namespace: Namespace
   let logger: Logger
   let worker = DispatchQueue(label: "9bbs.proc")
   /// Posting allowances, per poster across all sessions.
@@ -146,7 +146,7 @@ public final class BBSServer: Sendable {
     let files = try configuration.filesDirectory.map { (directory) throws(ServerError) in
       try FilesArea(directory: directory, writable: configuration.filesWritable)
     }
-    tree = Tree(board: board, files: files, device: configuration.profile.imitatesBoard)
+    namespace = Namespace(board: board, files: files, device: configuration.profile.imitatesBoard)
   }
 
   /// Refuses authentication settings that cannot work.

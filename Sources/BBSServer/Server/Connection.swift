@@ -70,7 +70,8 @@ final class Connection: Sendable {
     }
     sendFrames = sendAll
     handler = ConnectionHandler(
-      id: id, tree: server.tree, configuration: server.configuration, logger: server.logger,
+      id: id, namespace: server.namespace, configuration: server.configuration,
+      logger: server.logger,
       wakeQueue: server.wakeQueue, limiter: server.limiter, address: host,
       send: { sendAll($0.map(OutgoingFrame.bytes)) })
   }
