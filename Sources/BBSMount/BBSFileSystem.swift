@@ -46,7 +46,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   let inodes = InodeTable()
   let listings: ListingCache
   let remote: Remote
-  let tree: Tree
+  let tree: MountTree
   let handles = HandleTable()
   /// The follow-loop `fstat`s held for GNU tail (see RoomFollowing.swift).
   let heldFstats = HeldFstats()
@@ -88,7 +88,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     }
     nodes = NodeAttributes(
       options: options, classifier: classifier, feeds: feeds, started: Date())
-    tree = Tree(
+    tree = MountTree(
       inodes: inodes, listings: listings, attributes: nodes, remote: remote, logger: logger)
     let inodes = inodes
     let notifier = notifier
@@ -682,7 +682,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   /// A post writer for a room (or for `/chat/post` with `room` nil).
   private func poster(room: String?, _ chatDirectory: [String]) -> PostHandle {
     PostHandle(room: room, chatDirectory: chatDirectory, channel: posts, logger: logger) {
-      [tree] in tree.knownRooms($0, within: Tree.chatPatience, $1)
+      [tree] in tree.knownRooms($0, within: MountTree.chatPatience, $1)
     }
   }
 

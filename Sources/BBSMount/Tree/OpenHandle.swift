@@ -109,7 +109,7 @@ final class FileHandle: OpenHandle {
 
   /// Opens the server file `node` on a fid of its own and answers `request` with its handle.
   static func open(
-    _ request: FuseRequest, node: InodeTable.Node, info: FuseFileInfo, tree: Tree,
+    _ request: FuseRequest, node: InodeTable.Node, info: FuseFileInfo, tree: MountTree,
     remote: Remote, handles: HandleTable
   ) {
     var mode = OpenMode(fuseFlags: info.flags)
@@ -158,7 +158,7 @@ final class FileHandle: OpenHandle {
   /// directory is opened instead, unless `O_EXCL` says otherwise (POSIX `open(O_CREAT)`).
   static func create(
     _ request: FuseRequest, in directory: [String], name: String, permissions: UInt32,
-    info: FuseFileInfo, tree: Tree, remote: Remote, handles: HandleTable
+    info: FuseFileInfo, tree: MountTree, remote: Remote, handles: HandleTable
   ) {
     var opening = OpenMode(fuseFlags: info.flags)
     if info.flags & O_TRUNC != 0 { opening = opening.truncating }
@@ -186,7 +186,7 @@ final class FileHandle: OpenHandle {
   /// The create of `path` found it made already: opens it, and learns its entry (its size)
   /// by a Tstat, since the mount's listing did not have it.
   private static func openExisting(
-    _ request: FuseRequest, _ path: [String], mode: OpenMode, info: FuseFileInfo, tree: Tree,
+    _ request: FuseRequest, _ path: [String], mode: OpenMode, info: FuseFileInfo, tree: MountTree,
     remote: Remote, handles: HandleTable
   ) {
     remote.open(path, mode: mode) { opened in
@@ -219,7 +219,7 @@ final class FileHandle: OpenHandle {
   /// write-only (see ``open(_:node:info:tree:remote:handles:)``).
   private static func reply(
     _ request: FuseRequest, file: RemoteFile, node: InodeTable.Node, info: FuseFileInfo,
-    tree: Tree, remote: Remote, handles: HandleTable
+    tree: MountTree, remote: Remote, handles: HandleTable
   ) {
     var info = info
     info.directIO = info.flags & O_ACCMODE == O_WRONLY
