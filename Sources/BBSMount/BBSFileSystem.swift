@@ -255,7 +255,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   /// Calls `body` once every write answered ahead of the server on `inode` has landed (at
   /// once, on this thread, when none is on its way).
   private func whenWritesLanded(_ inode: FuseInode, _ body: @escaping @Sendable () -> Void) {
-    let writers = handles.all(FileHandle.self).map(\.handle).filter { $0.inode == inode }
+    let writers = handles.all(RemoteFileHandle.self).map(\.handle).filter { $0.inode == inode }
     guard !writers.isEmpty else { return body() }
     let left = Mutex(writers.count)
     for writer in writers {
@@ -534,7 +534,8 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       request.replyOpen(info)
     case .file:
       answersInterrupts(request)
-      FileHandle.open(request, node: node, info: info, tree: tree, remote: remote, handles: handles)
+      RemoteFileHandle.open(
+        request, node: node, info: info, tree: tree, remote: remote, handles: handles)
     }
   }
 
@@ -565,7 +566,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       return
     }
     answersInterrupts(request)
-    FileHandle.create(
+    RemoteFileHandle.create(
       request, in: directory.path, name: name, permissions: UInt32(mode), info: info, tree: tree,
       remote: remote, handles: handles)
   }

@@ -9,7 +9,7 @@ import Synchronization
 #endif
 
 /// An open file or directory of the mount, behind a FUSE file handle. Each kind is a type of
-/// its own: a server file (``FileHandle``), a chat room (``RoomHandle``), a post file
+/// its own: a server file (``RemoteFileHandle``), a chat room (``RoomHandle``), a post file
 /// (``PostHandle``), a board message being written (``DraftHandle``), a snapshot read at open
 /// (``SnapshotHandle``) and a directory listing (``DirectoryHandle``).
 ///
@@ -81,7 +81,7 @@ final class HandleTable: @unchecked Sendable {
 }
 
 /// A server file open on a fid of the primary session.
-final class FileHandle: OpenHandle {
+final class RemoteFileHandle: OpenHandle {
   let file: RemoteFile
   let inode: FuseInode
   private let inodes: InodeTable
@@ -143,7 +143,7 @@ final class FileHandle: OpenHandle {
           remote.pageCache.forget(node.inode)
         }
         info.handle = handles.store(
-          FileHandle(
+          RemoteFileHandle(
             file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache,
             size: node.stat?.length))
         if openMode.allowsWriting { tree.inodes.invalidate(node.inode) }
@@ -226,7 +226,8 @@ final class FileHandle: OpenHandle {
     info.keepCache = false
     remote.pageCache.forget(node.inode)
     info.handle = handles.store(
-      FileHandle(file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache))
+      RemoteFileHandle(
+        file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache))
     let current = tree.inodes.node(node.inode) ?? node
     if !request.replyCreate(tree.attributes.entry(for: current), info) {
       handles.remove(info.handle)?.release()
