@@ -64,7 +64,7 @@ struct ScanCommand: ParsableCommand {
     let duration = Duration.milliseconds(Int64(seconds * 1000))
     let report = ScanReport(json: json, features: feature.map { $0.lowercased() })
     let cache = DiscoveryCache()
-    let progress = Progress(seconds: seconds)
+    let progress = ScanProgress(seconds: seconds)
 
     let outcome: Result<Int, DiscoveryError>
     if lan {
@@ -372,7 +372,7 @@ final class ScanReport {
 }
 
 /// A ticking "N s left" line on stderr while scanning, when stderr is a terminal.
-final class Progress: @unchecked Sendable {
+final class ScanProgress: @unchecked Sendable {
   private let seconds: Double
   private let lock = NSLock()
   private var timer: (any DispatchSourceTimer)?
