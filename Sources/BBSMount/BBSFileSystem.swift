@@ -38,7 +38,7 @@ import Synchronization
 #endif
 
 /// The mounted BBS.
-public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
+public final class BBSFileSystem: FuseFileSystem, Sendable {
   let pool: Pool
   let options: MountOptions
   let classifier: PathClassifier
@@ -706,11 +706,10 @@ public struct MountSetupError: Error, CustomStringConvertible {
 }
 
 /// The notifier libfuse hands over at init, for the threads that invalidate entries later.
-private final class NotifierBox: @unchecked Sendable {
-  private let lock = NSLock()
-  private var notifier: FuseNotifier?
+private final class NotifierBox: Sendable {
+  private let notifier = Mutex<FuseNotifier?>(nil)
   var value: FuseNotifier? {
-    get { lock.withLock { notifier } }
-    set { lock.withLock { notifier = newValue } }
+    get { notifier.withLock { $0 } }
+    set { notifier.withLock { $0 = newValue } }
   }
 }

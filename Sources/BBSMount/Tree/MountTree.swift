@@ -281,14 +281,13 @@ final class MountTree: Sendable {
 }
 
 /// Passes on the first result it is given and drops the rest (a reply racing a deadline).
-final class FirstAnswer<Value: Sendable>: @unchecked Sendable {
-  private let lock = NSLock()
-  private var body: (@Sendable (Value) -> Void)?
+final class FirstAnswer<Value: Sendable>: Sendable {
+  private let body: Mutex<(@Sendable (Value) -> Void)?>
 
-  init(_ body: @escaping @Sendable (Value) -> Void) { self.body = body }
+  init(_ body: @escaping @Sendable (Value) -> Void) { self.body = Mutex(body) }
 
   func callAsFunction(_ value: Value) {
-    let taken = lock.withLock { () -> (@Sendable (Value) -> Void)? in
+    let taken = body.withLock { body -> (@Sendable (Value) -> Void)? in
       defer { body = nil }
       return body
     }

@@ -44,39 +44,42 @@ extension OpenHandle {
 }
 
 /// The open handles by FUSE file handle number.
-final class HandleTable: @unchecked Sendable {
-  private let lock = NSLock()
-  private var handles: [UInt64: any OpenHandle] = [:]
-  private var next: UInt64 = 1
+final class HandleTable: Sendable {
+  private struct Numbered {
+    var handles: [UInt64: any OpenHandle] = [:]
+    var next: UInt64 = 1
+  }
+
+  private let numbered = Mutex(Numbered())
 
   /// Keeps `handle`; returns its number.
   func store(_ handle: any OpenHandle) -> UInt64 {
-    lock.lock()
-    defer { lock.unlock() }
-    let id = next
-    next += 1
-    handles[id] = handle
-    return id
+    numbered.withLock { n in
+      let id = n.next
+      n.next += 1
+      n.handles[id] = handle
+      return id
+    }
   }
 
   subscript(id: UInt64) -> (any OpenHandle)? {
-    lock.lock()
-    defer { lock.unlock() }
-    return handles[id]
+    numbered.withLock { n in
+      return n.handles[id]
+    }
   }
 
   @discardableResult
   func remove(_ id: UInt64) -> (any OpenHandle)? {
-    lock.lock()
-    defer { lock.unlock() }
-    return handles.removeValue(forKey: id)
+    numbered.withLock { n in
+      return n.handles.removeValue(forKey: id)
+    }
   }
 
   /// Every open handle of one kind, with its number.
   func all<Handle: OpenHandle>(_ kind: Handle.Type) -> [(id: UInt64, handle: Handle)] {
-    lock.lock()
-    defer { lock.unlock() }
-    return handles.compactMap { id, handle in (handle as? Handle).map { (id, $0) } }
+    numbered.withLock { n in
+      return n.handles.compactMap { id, handle in (handle as? Handle).map { (id, $0) } }
+    }
   }
 }
 
