@@ -417,7 +417,8 @@ extension BBSServer {
 
 /// The slots of ``ConnectionLimit/backlog(_:)``: how many accepted connections are live.
 final class ConnectionSlots: @unchecked Sendable {
-  // `inUse` and `closed` are guarded by `condition`.
+  // @unchecked: `inUse` and `closed` are touched only with `condition` locked. An NSCondition,
+  // not a Mutex: acquire() and waitForRoom() wait until release() or close() signals.
   private let condition = NSCondition()
   private let limit: Int
   private var inUse = 0

@@ -157,6 +157,8 @@ public final class FuseMount: Sendable {
 
   /// `struct fuse_session *`, movable between threads (only used under `state`'s rules).
   struct LibfuseSession: @unchecked Sendable {
+    // @unchecked: only a pointer; `state` says which thread may use it (the loop while
+    // running, then the one teardown).
     let raw: OpaquePointer
   }
 

@@ -32,6 +32,7 @@ import NinePTransport
 enum Mount9BBSMain {
   /// The arguments as parsed (after translating a mount helper's call): what the detached
   /// daemon is started with.
+  // Written once by main() before the command runs; only read after that.
   nonisolated(unsafe) static var arguments: [String] = []
 
   static func main() {

@@ -11,6 +11,8 @@ import Synchronization
 /// When avahi-daemon is not running the advertiser waits for it and publishes once it starts
 /// (a warning says so); it never blocks the caller.
 public final class LANAdvertiser: @unchecked Sendable {
+  // @unchecked: the vars below `status` are touched by start() before Avahi's poll thread
+  // runs, by stop() after it stopped, and otherwise only on that thread; `status` is a Mutex.
   /// Where one TCP listener can be reached: the port to publish, and whether it is local only.
   public struct Endpoint: Sendable, Hashable {
     /// The listening port.
