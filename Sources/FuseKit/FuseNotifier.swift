@@ -3,7 +3,7 @@ import Glibc
 
 /// Tells the kernel about changes it did not cause: cached attributes, data and names to drop,
 /// and files that became ready for `poll`. Usable from any thread; a no-op (returning
-/// `ENOTCONN`) before the mount and after the session ended.
+/// `ENOTCONN`) before the mount and after it ended.
 ///
 /// Do not call it from inside an operation on the same inode or directory: the kernel may
 /// hold that inode's lock until the operation is answered.

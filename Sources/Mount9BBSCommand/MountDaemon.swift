@@ -152,10 +152,10 @@ struct MountDaemon {
     if options.readaheadKiB > 0 { fuseOptions.readaheadKiB = options.readaheadKiB }
     fuseOptions.trace = debug
     fileSystem.prefetchRoot(timeout: .seconds(5))
-    let session = FuseMount(
+    let fuse = FuseMount(
       fileSystem: fileSystem, mountpoint: mountpoint, options: fuseOptions, logger: logger)
     do throws(FuseMountError) {
-      try session.mount()
+      try fuse.mount()
     } catch {
       throw .fuse(error)
     }
@@ -192,7 +192,7 @@ struct MountDaemon {
     }
     var loopError: FuseMountError?
     do {
-      try session.run()
+      try fuse.run()
     } catch {
       loopError = error
     }
