@@ -112,16 +112,14 @@ let package = Package(
         "BBSIdentity", "CSdBus", "ChatTerminal",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
-      ],
-      path: "Sources/mount9bbs"),
+      ]),
     .executableTarget(
       name: "BBSDaemonCommand",
       dependencies: [
         "BBSServer", "NinePTransport", "BBSDiscovery",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
-      ],
-      path: "Sources/9bbsd"),
+      ]),
     .executableTarget(
       name: "BenchCommand",
       dependencies: [

@@ -38,7 +38,7 @@ import Synchronization
 #endif
 
 /// The mounted BBS.
-public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
+public final class BBSFileSystem: FuseFileSystem, Sendable {
   let pool: Pool
   let options: MountOptions
   let classifier: PathClassifier
@@ -46,7 +46,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   let inodes = InodeTable()
   let listings: ListingCache
   let remote: Remote
-  let tree: Tree
+  let tree: MountTree
   let handles = HandleTable()
   /// The follow-loop `fstat`s held for GNU tail (see RoomFollowing.swift).
   let heldFstats = HeldFstats()
@@ -88,7 +88,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
     }
     nodes = NodeAttributes(
       options: options, classifier: classifier, feeds: feeds, started: Date())
-    tree = Tree(
+    tree = MountTree(
       inodes: inodes, listings: listings, attributes: nodes, remote: remote, logger: logger)
     let inodes = inodes
     let notifier = notifier
@@ -255,7 +255,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   /// Calls `body` once every write answered ahead of the server on `inode` has landed (at
   /// once, on this thread, when none is on its way).
   private func whenWritesLanded(_ inode: FuseInode, _ body: @escaping @Sendable () -> Void) {
-    let writers = handles.all(FileHandle.self).map(\.handle).filter { $0.inode == inode }
+    let writers = handles.all(RemoteFileHandle.self).map(\.handle).filter { $0.inode == inode }
     guard !writers.isEmpty else { return body() }
     let left = Mutex(writers.count)
     for writer in writers {
@@ -534,7 +534,8 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       request.replyOpen(info)
     case .file:
       answersInterrupts(request)
-      FileHandle.open(request, node: node, info: info, tree: tree, remote: remote, handles: handles)
+      RemoteFileHandle.open(
+        request, node: node, info: info, tree: tree, remote: remote, handles: handles)
     }
   }
 
@@ -565,7 +566,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
       return
     }
     answersInterrupts(request)
-    FileHandle.create(
+    RemoteFileHandle.create(
       request, in: directory.path, name: name, permissions: UInt32(mode), info: info, tree: tree,
       remote: remote, handles: handles)
   }
@@ -682,7 +683,7 @@ public final class BBSFileSystem: FuseFileSystem, @unchecked Sendable {
   /// A post writer for a room (or for `/chat/post` with `room` nil).
   private func poster(room: String?, _ chatDirectory: [String]) -> PostHandle {
     PostHandle(room: room, chatDirectory: chatDirectory, channel: posts, logger: logger) {
-      [tree] in tree.knownRooms($0, within: Tree.chatPatience, $1)
+      [tree] in tree.knownRooms($0, within: MountTree.chatPatience, $1)
     }
   }
 
@@ -705,11 +706,10 @@ public struct MountSetupError: Error, CustomStringConvertible {
 }
 
 /// The notifier libfuse hands over at init, for the threads that invalidate entries later.
-private final class NotifierBox: @unchecked Sendable {
-  private let lock = NSLock()
-  private var notifier: FuseNotifier?
+private final class NotifierBox: Sendable {
+  private let notifier = Mutex<FuseNotifier?>(nil)
   var value: FuseNotifier? {
-    get { lock.withLock { notifier } }
-    set { lock.withLock { notifier = newValue } }
+    get { notifier.withLock { $0 } }
+    set { notifier.withLock { $0 = newValue } }
   }
 }

@@ -4,10 +4,10 @@
 // - `Board` (Board/) is the content: chat rooms with per-user cursors and waiters, board rooms,
 //   /etc and users, persisted through a `BoardStore` (memory or SQLite). Every part has its own
 //   Mutex; nothing in it knows 9P.
-// - `Tree` maps the 9BBS tree (docs/board-facts.md §1.2) onto the board and the files area, if any:
+// - `Namespace` maps the 9BBS namespace (docs/board-facts.md §1.2) onto the board and the optional files area:
 //   walks, qids, stats (with the device's QTDIR quirks), listings, reads, writes, creates.
-// - `ServerSession` is one 9P session: msize, fids, parked reads, and (with `auth`) its Tauth
-//   table (`AuthTable`: challenges, verified identities); each fid belongs to a `BoardUser`.
+// - `ConnectionHandler` serves one 9P session: msize, fids, parked reads, and (with `auth`) its
+//   Tauth table (`AuthTable`: challenges, verified identities); each fid belongs to a `BoardUser`.
 //   `process(frame)` runs one request under the session's lock and returns the reply frames; a
 //   parked chat read registers a waiter with the chat hub, and a later post wakes it on
 //   `wakeQueue`, which re-reads under the same lock and sends the Rread itself.
@@ -53,7 +53,7 @@ public final class BBSServer: Sendable {
   /// The content served; tests and the mount's `--local` mode may use it directly.
   public let board: Board
 
-  let tree: Tree
+  let namespace: Namespace
   let logger: Logger
   let worker = DispatchQueue(label: "9bbs.proc")
   /// Posting allowances, per poster across all sessions.
@@ -146,7 +146,7 @@ public final class BBSServer: Sendable {
     let files = try configuration.filesDirectory.map { (directory) throws(ServerError) in
       try FilesArea(directory: directory, writable: configuration.filesWritable)
     }
-    tree = Tree(board: board, files: files, device: configuration.profile.imitatesBoard)
+    namespace = Namespace(board: board, files: files, device: configuration.profile.imitatesBoard)
   }
 
   /// Refuses authentication settings that cannot work.
@@ -417,7 +417,8 @@ extension BBSServer {
 
 /// The slots of ``ConnectionLimit/backlog(_:)``: how many accepted connections are live.
 final class ConnectionSlots: @unchecked Sendable {
-  // `inUse` and `closed` are guarded by `condition`.
+  // @unchecked: `inUse` and `closed` are touched only with `condition` locked. An NSCondition,
+  // not a Mutex: acquire() and waitForRoom() wait until release() or close() signals.
   private let condition = NSCondition()
   private let limit: Int
   private var inUse = 0

@@ -1,6 +1,6 @@
 import Glibc
 
-/// A file system served through ``FuseSession``: one method per FUSE low-level operation.
+/// A file system served through ``FuseMount``: one method per FUSE low-level operation.
 ///
 /// Every method except ``initialize(_:notifier:)``, ``destroy()`` and
 /// ``forget(inode:lookups:)`` gets a ``FuseRequest`` and must answer it exactly once, with the
@@ -17,13 +17,13 @@ public protocol FuseFileSystem: AnyObject, Sendable {
   /// `readdirplus` is used only if this adds ``FuseCapabilities/readdirplus`` to `want`.
   /// Keep `notifier` to invalidate caches and wake pollers later.
   func initialize(_ connection: inout FuseConnection, notifier: FuseNotifier)
-  /// The session ends (after the last request was answered or abandoned).
+  /// The mount ends (after the last request was answered or abandoned).
   func destroy()
 
   /// Looks `name` up in directory `parent`: ``FuseRequest/replyEntry(_:)`` (counts one
   /// lookup) or an error (`ENOENT`).
   func lookup(_ request: FuseRequest, parent: FuseInode, name: String)
-  /// The kernel drops `lookups` references to `inode` (no reply; the session sends none).
+  /// The kernel drops `lookups` references to `inode` (no reply; FuseKit sends none).
   /// `forget_multi` batches arrive here one by one.
   func forget(inode: FuseInode, lookups: UInt64)
   /// ``FuseRequest/replyAttr(_:timeout:)``. `file` is set when the caller holds it open.

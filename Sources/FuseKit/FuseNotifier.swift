@@ -3,15 +3,15 @@ import Glibc
 
 /// Tells the kernel about changes it did not cause: cached attributes, data and names to drop,
 /// and files that became ready for `poll`. Usable from any thread; a no-op (returning
-/// `ENOTCONN`) before the mount and after the session ended.
+/// `ENOTCONN`) before the mount and after it ended.
 ///
 /// Do not call it from inside an operation on the same inode or directory: the kernel may
 /// hold that inode's lock until the operation is answered.
 public final class FuseNotifier: Sendable {
   // Weak: a file system keeps its notifier, and the core keeps the file system.
-  weak let core: SessionCore?
+  weak let core: FuseUserdata?
 
-  init(core: SessionCore) { self.core = core }
+  init(core: FuseUserdata) { self.core = core }
 
   /// Drops cached attributes of `inode` and its cached data in `offset..<offset+length`
   /// (`length` 0: to the end; `offset` < 0: attributes only). Returns 0 or an errno
@@ -42,9 +42,9 @@ public final class FuseNotifier: Sendable {
 public final class FusePollHandle: @unchecked Sendable, Hashable {
   // @unchecked: `raw` is immutable; libfuse only reads it in notify, under the core's gate.
   private let raw: OpaquePointer
-  private weak let core: SessionCore?
+  private weak let core: FuseUserdata?
 
-  init(raw: OpaquePointer, core: SessionCore) {
+  init(raw: OpaquePointer, core: FuseUserdata) {
     self.raw = raw
     self.core = core
   }

@@ -2,16 +2,16 @@ import CFuse3
 import Glibc
 
 // The dispatch table: libfuse low-level op → FuseFileSystem method. Each entry records the
-// request as outstanding (SessionCore.begin), copies the arguments out of libfuse's buffers
+// request as outstanding (FuseUserdata.begin), copies the arguments out of libfuse's buffers
 // (they are only valid during the call), traces it, and calls the file system.
 
-extension SessionCore {
+extension FuseUserdata {
   /// The low-level ops table handed to `fuse_session_new`.
   static func operations() -> fuse_lowlevel_ops {
     var ops = fuse_lowlevel_ops()
 
     ops.`init` = { userdata, conn in
-      guard let core = SessionCore.from(userdata), let conn else { return }
+      guard let core = FuseUserdata.from(userdata), let conn else { return }
       var c = FuseConnection(conn.pointee)
       c.want.remove([.readdirplus, .readdirplusAuto])  // opt-in: see FuseFileSystem.initialize
       core.fileSystem.initialize(&c, notifier: FuseNotifier(core: core))
@@ -26,7 +26,7 @@ extension SessionCore {
     }
 
     ops.destroy = { userdata in
-      guard let core = SessionCore.from(userdata) else { return }
+      guard let core = FuseUserdata.from(userdata) else { return }
       core.fileSystem.destroy()
     }
 
@@ -38,14 +38,14 @@ extension SessionCore {
     }
 
     ops.forget = { req, ino, nlookup in
-      guard let req, let core = SessionCore.from(fuse_req_userdata(req)) else { return }
+      guard let req, let core = FuseUserdata.from(fuse_req_userdata(req)) else { return }
       if core.trace { core.logger.debug("forget ino=\(ino) n=\(nlookup)") }
       core.fileSystem.forget(inode: ino, lookups: nlookup)
       fuse_reply_none(req)
     }
 
     ops.forget_multi = { req, count, forgets in
-      guard let req, let core = SessionCore.from(fuse_req_userdata(req)) else { return }
+      guard let req, let core = FuseUserdata.from(fuse_req_userdata(req)) else { return }
       if core.trace { core.logger.debug("forget_multi count=\(count)") }
       if let forgets {
         for f in UnsafeBufferPointer(start: forgets, count: count) {
@@ -233,9 +233,9 @@ extension SessionCore {
   }
 }
 
-/// Finds the session core of `req` and records the request as outstanding.
-private func beginRequest(_ req: fuse_req_t?) -> (SessionCore, FuseRequest)? {
-  guard let req, let core = SessionCore.from(fuse_req_userdata(req)),
+/// Finds the userdata of `req` and records the request as outstanding.
+private func beginRequest(_ req: fuse_req_t?) -> (FuseUserdata, FuseRequest)? {
+  guard let req, let core = FuseUserdata.from(fuse_req_userdata(req)),
     let request = core.begin(req)
   else { return nil }
   return (core, request)

@@ -6,19 +6,19 @@ import Glibc
 /// now or later.
 ///
 /// Replies are exactly-once by construction: the first reply goes to the kernel, any later one
-/// is dropped and logged (a warning, or debug after shutdown, when the session already
+/// is dropped and logged (a warning, or debug after shutdown, when the mount already
 /// answered everything with `EIO`). Each reply method returns whether it was the one that went
 /// out. A request's memory belongs to libfuse until the reply, so nothing here touches it
 /// after that.
 public struct FuseRequest: @unchecked Sendable, Hashable {
-  // @unchecked: `raw` is only handed to libfuse while the session core knows it is
+  // @unchecked: `raw` is only handed to libfuse while its FuseUserdata knows it is
   // outstanding, under the core's gate.
   let raw: OpaquePointer
-  /// Session-unique number (pointers are reused by libfuse; ids are not).
+  /// Unique within the mount (pointers are reused by libfuse; ids are not).
   public let id: UInt64
-  let core: SessionCore
+  let core: FuseUserdata
 
-  init(raw: OpaquePointer, id: UInt64, core: SessionCore) {
+  init(raw: OpaquePointer, id: UInt64, core: FuseUserdata) {
     self.raw = raw
     self.id = id
     self.core = core
@@ -79,7 +79,7 @@ public struct FuseRequest: @unchecked Sendable, Hashable {
   @discardableResult
   public func replyOK() -> Bool { replyError(0) }
 
-  /// Answers `forget`-like requests that take no reply. The session does this itself for
+  /// Answers `forget`-like requests that take no reply. FuseKit does this itself for
   /// `forget`; kept for completeness.
   @discardableResult
   public func replyNone() -> Bool {

@@ -1,13 +1,13 @@
 import Foundation
 import Glibc
 
-extension FuseSession {
+extension FuseMount {
   /// Unmounts the FUSE file system at `path`, also when its daemon died or hangs: a lazy
   /// unmount (`umount2(MNT_DETACH)` as root, else `fusermount3 -u -z`). Never touches the
   /// mount itself (a dead or hung mount would fail or block); it reads the mount table.
   ///
-  /// To stop a session of this process, use ``exit()``: it also answers waiting readers.
-  public static func unmount(path: String) throws(FuseSessionError) {
+  /// To stop a mount of this process, use ``exit()``: it also answers waiting readers.
+  public static func unmount(path: String) throws(FuseMountError) {
     let target = MountTable.absolutePath(path)
     guard let type = MountTable.type(at: target) else { throw .notMounted(target) }
     guard MountTable.isFuse(type) else {

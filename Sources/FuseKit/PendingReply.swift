@@ -3,7 +3,7 @@ import Glibc
 import Synchronization
 
 /// A request parked until one of several parties answers it: new data, an interrupt
-/// (`EINTR`), a deadline, or the session's shutdown (`EIO`). Exactly one of them gets the
+/// (`EINTR`), a deadline, or the mount's shutdown (`EIO`). Exactly one of them gets the
 /// request through ``take()`` and replies; the others get nil.
 ///
 /// Typical use in a read that waits at the end of a stream, on the libfuse thread that got the

@@ -3,20 +3,21 @@ import Foundation
 import Glibc
 import Synchronization
 
-/// SIGINT/SIGTERM/SIGHUP for the session that handles signals.
+/// SIGINT/SIGTERM/SIGHUP for the mount that handles signals.
 ///
 /// libfuse's handlers only set the session's exit flag; the loop sees it when its semaphore
 /// wait is interrupted, which happens only if the signal lands on the loop's thread. This
 /// relay calls libfuse's handler, then writes the signal number to a pipe; a relay thread
-/// reads it and calls `FuseSession.exit()`, which wakes the loop wherever the signal landed.
+/// reads it and calls `FuseMount.exit()`, which wakes the loop wherever the signal landed.
 enum SignalRelay {
   static let signals = [SIGINT, SIGTERM, SIGHUP]
 
   // Read by the signal handler, so plain C storage: written before the handler is installed.
   nonisolated(unsafe) static var libfuseHandlers: [sigaction] = Array(
     repeating: sigaction(), count: 65)
+  // The relay pipe's write end, for the handler: likewise written before it is installed.
   nonisolated(unsafe) static var writeFD: Int32 = -1
-  static let target = Mutex<FuseSession?>(nil)
+  static let target = Mutex<FuseMount?>(nil)
   static let started = Mutex(false)
 
   /// Clears the signal mask inherited from the parent and restores default dispositions, so
@@ -29,9 +30,9 @@ enum SignalRelay {
   }
 
   /// After `fuse_set_signal_handlers`: wraps libfuse's handlers with the relay.
-  static func install(_ session: FuseSession) {
+  static func install(_ mount: FuseMount) {
     startRelayThread()
-    target.withLock { $0 = session }
+    target.withLock { $0 = mount }
     for s in signals {
       var current = sigaction()
       sigaction(s, nil, &current)

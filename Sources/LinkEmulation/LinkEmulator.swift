@@ -145,6 +145,8 @@ final class SharedCounters: Sendable {
 
 /// One client and its server connection: two directions and the turn tracking.
 final class EmulatedConnection: @unchecked Sendable {
+  // @unchecked: `onClose` is set once before `start()` and only read after it; everything
+  // else is immutable or in `state`.
   let client: SocketTransport
   let server: SocketTransport
   private let upstream: LinkDirection
@@ -208,6 +210,9 @@ final class EmulatedConnection: @unchecked Sendable {
 
 /// One direction of a connection: reader thread → timed queue → writer thread.
 final class LinkDirection: @unchecked Sendable {
+  // @unchecked: the queue's vars are touched only inside `monitor` (a Monitor, not a Mutex:
+  // the writer waits on its condition until an item is due); `connection` is set once by
+  // EmulatedConnection's init, before `start()`.
   private let source: SocketTransport
   private let destination: SocketTransport
   private let profile: LinkProfile

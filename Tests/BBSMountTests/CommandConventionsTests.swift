@@ -324,7 +324,7 @@ final class CommandConventionsTests: XCTestCase {
     var options = FuseMountOptions()
     options.fsName = "alice@host:"
     options.subtype = "sshfs"
-    let session = FuseSession(
+    let session = FuseMount(
       fileSystem: EmptyFileSystem(), mountpoint: mountpoint, options: options)
     try session.start()
     addTeardownBlock { session.exit() }

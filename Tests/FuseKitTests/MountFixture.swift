@@ -10,7 +10,7 @@ final class MountFixture: @unchecked Sendable {
   let directory: String
   let mountpoint: String
   let fs: ToyFileSystem
-  let session: FuseSession
+  let session: FuseMount
 
   init(
     _ test: XCTestCase, fs: ToyFileSystem = ToyFileSystem(), options: FuseMountOptions = .init(),
@@ -23,7 +23,7 @@ final class MountFixture: @unchecked Sendable {
     var options = options
     options.fsName = options.fsName ?? "toyfs"
     options.subtype = options.subtype ?? "toy"
-    session = FuseSession(fileSystem: fs, mountpoint: mountpoint, options: options, logger: logger)
+    session = FuseMount(fileSystem: fs, mountpoint: mountpoint, options: options, logger: logger)
     test.addTeardownBlock { [self] in tearDown() }
     try session.start()
   }
@@ -35,7 +35,7 @@ final class MountFixture: @unchecked Sendable {
     if !session.waitUntilStopped(timeout: .seconds(10)) {
       XCTFail("session did not stop within 10 s")
     }
-    if FuseSession.isFuseMount(path: mountpoint) {
+    if FuseMount.isFuseMount(path: mountpoint) {
       XCTFail("still mounted after the session stopped")
       _ = umount2(mountpoint, 2)  // MNT_DETACH
     }

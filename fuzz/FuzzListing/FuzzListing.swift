@@ -1,6 +1,6 @@
 // libFuzzer entry point for the layers above the codec (built and run by fuzz/run-listing). Each
 // input is what a server answers to directory reads: a real Session reads it through the
-// mount's ListingCache and Tree, which number the entries, decide their kinds and build the
+// mount's ListingCache and MountTree, which number the entries, decide their kinds and build the
 // attributes the kernel would get, then look one of them up. Whatever the bytes, the listing
 // must end, and what it yields must be something a file system can show: no name longer than
 // 255 bytes or with a slash, no name twice, sizes and block counts never negative. A crash, a
@@ -79,7 +79,7 @@ final class ListingServerTransport: MessageTransport, @unchecked Sendable {
 /// What every input shares: one session, one tree (the cache is bypassed by reading fresh).
 struct Fixture: @unchecked Sendable {
   let transport: ListingServerTransport
-  let tree: Tree
+  let tree: MountTree
   let directory: InodeTable.Node
 
   init() {
@@ -106,7 +106,7 @@ struct Fixture: @unchecked Sendable {
       lifetime: .seconds(1), sessions: sessions,
       limits: DirectoryLimits(rounds: 64, bytes: 1 << 20, entries: 4096, duration: .seconds(5)),
       logger: quiet)
-    tree = Tree(
+    tree = MountTree(
       inodes: inodes, listings: listings, attributes: attributes,
       remote: Remote(sessions: sessions), logger: quiet)
     directory = inodes.record(path: ["dir"], kind: .directory, stat: nil)

@@ -11,14 +11,16 @@ import Synchronization
 /// When avahi-daemon is not running the advertiser waits for it and publishes once it starts
 /// (a warning says so); it never blocks the caller.
 public final class LANAdvertiser: @unchecked Sendable {
-  /// One TCP listener to publish.
-  public struct Listener: Sendable, Hashable {
+  // @unchecked: the vars below `status` are touched by start() before Avahi's poll thread
+  // runs, by stop() after it stopped, and otherwise only on that thread; `status` is a Mutex.
+  /// Where one TCP listener can be reached: the port to publish, and whether it is local only.
+  public struct Endpoint: Sendable, Hashable {
     /// The listening port.
     public var port: UInt16
     /// Whether the listener accepts only loopback connections (then only `lo` is told).
     public var loopbackOnly: Bool
 
-    /// A listener on `port`.
+    /// The endpoint of a listener on `port`.
     public init(port: UInt16, loopbackOnly: Bool) {
       self.port = port
       self.loopbackOnly = loopbackOnly
@@ -40,7 +42,7 @@ public final class LANAdvertiser: @unchecked Sendable {
   }
 
   private let requestedName: String
-  private let listeners: [Listener]
+  private let endpoints: [Endpoint]
   private let txt: [(String, String)]
   private let logger: Logger
   private let status: Mutex<(name: String, state: State)>
@@ -52,10 +54,10 @@ public final class LANAdvertiser: @unchecked Sendable {
   private var currentName: String
   private var warnedNoDaemon = false
 
-  /// An advertiser for `listeners` under `name` with TXT `key=value` records, in order.
-  public init(name: String, listeners: [Listener], txt: [(String, String)], logger: Logger) {
+  /// An advertiser for `endpoints` under `name` with TXT `key=value` records, in order.
+  public init(name: String, endpoints: [Endpoint], txt: [(String, String)], logger: Logger) {
     requestedName = name
-    self.listeners = listeners
+    self.endpoints = endpoints
     self.txt = txt
     self.logger = logger
     currentName = name
@@ -175,14 +177,14 @@ public final class LANAdvertiser: @unchecked Sendable {
     }
     defer { avahi_string_list_free(records) }
     let loopback = AvahiIfIndex(if_nametoindex("lo"))
-    for (index, listener) in listeners.enumerated() {
-      let name = index == 0 ? currentName : "\(currentName) (port \(listener.port))"
+    for (index, endpoint) in endpoints.enumerated() {
+      let name = index == 0 ? currentName : "\(currentName) (port \(endpoint.port))"
       let interface =
-        listener.loopbackOnly && loopback > 0 ? loopback : AvahiIfIndex(AVAHI_IF_UNSPEC)
+        endpoint.loopbackOnly && loopback > 0 ? loopback : AvahiIfIndex(AVAHI_IF_UNSPEC)
       for type in LANBrowser.serviceTypes {
         let rc = avahi_entry_group_add_service_strlst(
           group, interface, AvahiProtocol(AVAHI_PROTO_UNSPEC), AvahiPublishFlags(0), name, type,
-          nil, nil, listener.port, records)
+          nil, nil, endpoint.port, records)
         if rc == AVAHI_ERR_COLLISION {
           rename(client)
           return
@@ -205,7 +207,7 @@ public final class LANAdvertiser: @unchecked Sendable {
     switch state {
     case AVAHI_ENTRY_GROUP_ESTABLISHED:
       setState(.published)
-      let ports = listeners.map { String($0.port) }.joined(separator: ", ")
+      let ports = endpoints.map { String($0.port) }.joined(separator: ", ")
       logger.notice(
         "advertising '\(currentName)' as \(LANBrowser.serviceTypes.joined(separator: " and ")) on port \(ports)"
       )

@@ -1,15 +1,19 @@
 import Foundation
 import FuseKit
+import Synchronization
 
 /// A new board message being written: kept here and sent whole at close (see
 /// ``BoardMessages``).
-final class DraftHandle: OpenHandle, @unchecked Sendable {
+final class DraftHandle: OpenHandle, Sendable {
   let roomPath: [String]
   let name: String
   private let board: BoardMessages
-  private let lock = NSLock()
-  private var body: [UInt8] = []
-  private var sent = true
+  private struct Draft {
+    var body: [UInt8] = []
+    var sent = true
+  }
+
+  private let draft = Mutex(Draft())
 
   init(roomPath: [String], name: String, board: BoardMessages) {
     self.roomPath = roomPath
@@ -18,41 +22,41 @@ final class DraftHandle: OpenHandle, @unchecked Sendable {
   }
 
   func write(_ data: [UInt8], at offset: Int) {
-    lock.lock()
-    defer { lock.unlock() }
-    if body.count < offset { body += [UInt8](repeating: 0, count: offset - body.count) }
-    let end = offset + data.count
-    if body.count < end { body += [UInt8](repeating: 0, count: end - body.count) }
-    body.replaceSubrange(offset..<end, with: data)
-    sent = false
+    draft.withLock { d in
+      if d.body.count < offset { d.body += [UInt8](repeating: 0, count: offset - d.body.count) }
+      let end = offset + data.count
+      if d.body.count < end { d.body += [UInt8](repeating: 0, count: end - d.body.count) }
+      d.body.replaceSubrange(offset..<end, with: data)
+      d.sent = false
+    }
   }
 
   /// Cuts or extends (with zeros) the body to `length` bytes (`ftruncate`).
   func truncate(to length: Int) {
-    lock.lock()
-    defer { lock.unlock() }
-    guard length != body.count else { return }
-    if body.count > length {
-      body.removeLast(body.count - length)
-    } else {
-      body += [UInt8](repeating: 0, count: length - body.count)
+    draft.withLock { d in
+      guard length != d.body.count else { return }
+      if d.body.count > length {
+        d.body.removeLast(d.body.count - length)
+      } else {
+        d.body += [UInt8](repeating: 0, count: length - d.body.count)
+      }
+      d.sent = false
     }
-    sent = false
   }
 
   /// The body if it still has to go out; marks it sent.
   func takeUnsent() -> [UInt8]? {
-    lock.lock()
-    defer { lock.unlock() }
-    if sent { return nil }
-    sent = true
-    return body
+    draft.withLock { d -> [UInt8]? in
+      if d.sent { return nil }
+      d.sent = true
+      return d.body
+    }
   }
 
   var size: Int {
-    lock.lock()
-    defer { lock.unlock() }
-    return body.count
+    draft.withLock { d in
+      return d.body.count
+    }
   }
 
   // MARK: OpenHandle

@@ -36,7 +36,7 @@ enum RoomLogs {
 
   /// Answers a lookup of `chat/log` or of a file in it; false for any other path.
   static func lookup(
-    _ path: [String], in tree: Tree,
+    _ path: [String], in tree: MountTree,
     _ completion: @escaping @Sendable (Result<InodeTable.Node, NinePError>) -> Void
   ) -> Bool {
     switch tree.attributes.classifier.kind(of: path) {
@@ -64,7 +64,7 @@ enum RoomLogs {
 
   /// The listing of `chat/log`: one file per room of the chat directory.
   static func entries(
-    of node: InodeTable.Node, in tree: Tree,
+    of node: InodeTable.Node, in tree: MountTree,
     _ completion: @escaping @Sendable (Result<[DirectoryEntry], NinePError>) -> Void
   ) {
     let chat = Array(node.path.dropLast())
@@ -91,7 +91,7 @@ enum RoomLogs {
   }
 
   /// The entry of `chat/log` in the listing of the chat directory `chat`.
-  static func entry(in chat: [String], of tree: Tree) -> DirectoryEntry {
+  static func entry(in chat: [String], of tree: MountTree) -> DirectoryEntry {
     let node = tree.inodes.record(path: chat + [directoryName], kind: .roomLogs, stat: nil)
     return DirectoryEntry(name: directoryName, entry: tree.attributes.entry(for: node))
   }

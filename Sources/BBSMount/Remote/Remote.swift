@@ -149,7 +149,7 @@ extension Session {
 /// The mount's walks, opens, creates, removes and renames, each on a session from `sessions`.
 final class Remote: Sendable {
   let sessions: SessionProvider
-  /// Which file versions the page cache holds (``FileHandle`` opens keep them when current).
+  /// Which file versions the page cache holds (``RemoteFileHandle`` opens keep them when current).
   let pageCache = PageCacheLedger()
 
   init(sessions: @escaping SessionProvider) {

@@ -2,18 +2,23 @@ import Foundation
 import NinePClient
 import NinePProtocol
 import NinePTransport
+import Synchronization
 
 /// A server file open on a fid. The fid belongs to one session: after a reconnect the file
 /// walks its path and opens it again on the new session before its next request.
-final class RemoteFile: @unchecked Sendable {
+final class RemoteFile: Sendable {
   let path: [String]
   /// The open mode for reopening (never with OTRUNC: that happened the first time).
   let mode: OpenMode
   private let sessions: SessionProvider
-  private let lock = NSLock()
-  private var session: Session
-  private var fid: Fid
-  private var iounit: UInt32
+  /// Where the file is open now.
+  private struct Placement {
+    var session: Session
+    var fid: Fid
+    var iounit: UInt32
+  }
+
+  private let placement: Mutex<Placement>
   /// The server file is append-only (QTAPPEND): its Twrites must go in order.
   let appendOnly: Bool
 
@@ -24,17 +29,13 @@ final class RemoteFile: @unchecked Sendable {
     self.appendOnly = appendOnly
     self.path = path
     self.mode = OpenMode(rawValue: mode.rawValue & ~OpenMode.truncateFlag)
-    self.session = session
-    self.fid = fid
-    self.iounit = iounit
+    placement = Mutex(Placement(session: session, fid: fid, iounit: iounit))
     self.sessions = sessions
   }
 
   /// The session and fid as they are now (maybe dead).
   var current: (session: Session, fid: Fid, iounit: UInt32) {
-    lock.lock()
-    defer { lock.unlock() }
-    return (session, fid, iounit)
+    placement.withLock { ($0.session, $0.fid, $0.iounit) }
   }
 
   /// A live session and fid: the current ones, or new ones after a reconnect.
@@ -53,11 +54,9 @@ final class RemoteFile: @unchecked Sendable {
           case .failure(let error):
             completion(.failure(error))
           case .success(let file):
-            lock.lock()
-            self.session = session
-            fid = file.fid
-            iounit = file.opened.iounit
-            lock.unlock()
+            self.placement.withLock {
+              $0 = Placement(session: session, fid: file.fid, iounit: file.opened.iounit)
+            }
             completion(.success((session, file.fid)))
           }
         }

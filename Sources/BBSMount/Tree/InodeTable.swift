@@ -1,10 +1,11 @@
 import Foundation
 import FuseKit
 import NinePProtocol
+import Synchronization
 
 /// Inode numbers by path. A device's `qid.path` is not stable (listings and walks disagree),
 /// so the mount numbers nodes itself and never reuses a number while mounted.
-final class InodeTable: @unchecked Sendable {
+final class InodeTable: Sendable {
   struct Node {
     var inode: FuseInode
     var path: [String]
@@ -23,27 +24,29 @@ final class InodeTable: @unchecked Sendable {
     var subdirectories: Int?
   }
 
-  private let lock = NSLock()
-  private var byInode: [FuseInode: Node] = [:]
-  private var byPath: [[String]: FuseInode] = [:]
-  private var next: FuseInode = FuseInode.root + 1
+  private struct Numbering {
+    var byInode: [FuseInode: Node] = [:]
+    var byPath: [[String]: FuseInode] = [:]
+    var next: FuseInode = FuseInode.root + 1
+  }
+
+  private let numbering: Mutex<Numbering>
 
   init() {
     let root = Node(inode: .root, path: [], kind: .directory, stat: nil, fetched: .now)
-    byInode[.root] = root
-    byPath[[]] = .root
+    numbering = Mutex(Numbering(byInode: [.root: root], byPath: [[]: .root]))
   }
 
   func node(_ inode: FuseInode) -> Node? {
-    lock.lock()
-    defer { lock.unlock() }
-    return byInode[inode]
+    numbering.withLock { n in
+      return n.byInode[inode]
+    }
   }
 
   func inode(for path: [String]) -> FuseInode? {
-    lock.lock()
-    defer { lock.unlock() }
-    return byPath[path]
+    numbering.withLock { n in
+      return n.byPath[path]
+    }
   }
 
   /// Records what is known of `path`, keeping its inode number if it had one of the same
@@ -58,106 +61,109 @@ final class InodeTable: @unchecked Sendable {
   func record(
     path: [String], kind: NodeKind, stat: Stat?, asOf asked: ContinuousClock.Instant = .now
   ) -> Node {
-    lock.lock()
-    defer { lock.unlock() }
-    let inode: FuseInode
-    var local: LocalChange?
-    var subdirectories: Int?
-    if let known = byPath[path],
-      (byInode[known]?.kind == .directory) == (kind == .directory)
-    {
-      inode = known
-      local = byInode[known]?.local
-      subdirectories = byInode[known]?.subdirectories
-      if let change = local, change.isSuperseded(byEntryAskedAt: asked) { local = nil }
-    } else {
-      inode = next
-      next += 1
-      byPath[path] = inode
+    numbering.withLock { n in
+      let inode: FuseInode
+      var local: LocalChange?
+      var subdirectories: Int?
+      if let known = n.byPath[path],
+        (n.byInode[known]?.kind == .directory) == (kind == .directory)
+      {
+        inode = known
+        local = n.byInode[known]?.local
+        subdirectories = n.byInode[known]?.subdirectories
+        if let change = local, change.isSuperseded(byEntryAskedAt: asked) { local = nil }
+      } else {
+        inode = n.next
+        n.next += 1
+        n.byPath[path] = inode
+      }
+      var node = Node(
+        inode: inode, path: path, kind: kind, stat: stat, fetched: .now, local: local)
+      node.subdirectories = subdirectories
+      n.byInode[inode] = node
+      return node
     }
-    var node = Node(
-      inode: inode, path: path, kind: kind, stat: stat, fetched: .now, local: local)
-    node.subdirectories = subdirectories
-    byInode[inode] = node
-    return node
   }
 
   /// Marks a node's attributes stale (after our own write), so the next getattr asks again.
   func invalidate(_ inode: FuseInode) {
-    lock.lock()
-    defer { lock.unlock() }
-    byInode[inode]?.fetched = .now - .seconds(3600)
+    numbering.withLock { n in
+      n.byInode[inode]?.fetched = .now - .seconds(3600)
+    }
   }
 
   /// Applies a change the mount made to `inode` itself (see ``LocalChange``), starting from
   /// the server's entry.
   func changeLocally(_ inode: FuseInode, _ body: (inout LocalChange) -> Void) {
-    lock.lock()
-    defer { lock.unlock() }
-    guard let node = byInode[inode] else { return }
-    var change =
-      node.local
-      ?? LocalChange(
-        size: node.kind == .directory ? nil : node.stat?.length ?? 0,
-        modified: node.stat?.mtime ?? LocalChange.now, changed: node.stat?.mtime ?? LocalChange.now,
-        landed: .now)
-    body(&change)
-    byInode[inode]?.local = change
+    numbering.withLock { n in
+      guard let node = n.byInode[inode] else { return }
+      var change =
+        node.local
+        ?? LocalChange(
+          size: node.kind == .directory ? nil : node.stat?.length ?? 0,
+          modified: node.stat?.mtime ?? LocalChange.now,
+          changed: node.stat?.mtime ?? LocalChange.now,
+          landed: .now)
+      body(&change)
+      n.byInode[inode]?.local = change
+    }
   }
 
   /// A whole listing of the directory at `path` asked for at `asked` counted `count`
   /// subdirectories; ignored if the mount changed the directory's entries since.
   func listed(_ path: [String], subdirectories count: Int, asOf asked: ContinuousClock.Instant) {
-    lock.lock()
-    defer { lock.unlock() }
-    guard let inode = byPath[path], let node = byInode[inode], node.kind == .directory else {
-      return
+    numbering.withLock { n in
+      guard let inode = n.byPath[path], let node = n.byInode[inode], node.kind == .directory else {
+        return
+      }
+      if let change = node.local, !change.isSuperseded(byEntryAskedAt: asked) { return }
+      n.byInode[inode]?.subdirectories = count
     }
-    if let change = node.local, !change.isSuperseded(byEntryAskedAt: asked) { return }
-    byInode[inode]?.subdirectories = count
   }
 
   /// The mount made (`delta` 1) or removed (-1) a subdirectory of `inode`.
   func subdirectoriesChanged(_ inode: FuseInode, by delta: Int) {
-    lock.lock()
-    defer { lock.unlock() }
-    guard let count = byInode[inode]?.subdirectories else { return }
-    byInode[inode]?.subdirectories = max(0, count + delta)
+    numbering.withLock { n in
+      guard let count = n.byInode[inode]?.subdirectories else { return }
+      n.byInode[inode]?.subdirectories = max(0, count + delta)
+    }
   }
 
   /// `path` was removed through the mount: the name is free for a new node, and the old one
   /// lives on, unlinked, for the descriptors still open on it.
   func unlink(_ path: [String]) {
-    lock.lock()
-    defer { lock.unlock() }
-    guard let inode = byPath.removeValue(forKey: path) else { return }
-    byInode[inode]?.unlinked = true
+    numbering.withLock { n in
+      guard let inode = n.byPath.removeValue(forKey: path) else { return }
+      n.byInode[inode]?.unlinked = true
+    }
   }
 
   /// Moves a node to a new path (rename), keeping its number; a node it replaces is unlinked.
   func move(from old: [String], to new: [String]) {
-    lock.lock()
-    defer { lock.unlock() }
-    guard let inode = byPath.removeValue(forKey: old) else { return }
-    if let replaced = byPath[new], replaced != inode { byInode[replaced]?.unlinked = true }
-    byPath[new] = inode
-    byInode[inode]?.path = new
-    byInode[inode]?.stat?.name = new.last ?? ""
-    // A directory's children go with it: the kernel moved their dentries, and an open or
-    // getattr of one must walk its new path.
-    let below = byPath.filter { $0.key.count > old.count && $0.key.starts(with: old) }
-    for (path, child) in below {
-      byPath.removeValue(forKey: path)
-      let moved = new + path.dropFirst(old.count)
-      if let replaced = byPath[moved], replaced != child { byInode[replaced]?.unlinked = true }
-      byPath[moved] = child
-      byInode[child]?.path = moved
+    numbering.withLock { n in
+      guard let inode = n.byPath.removeValue(forKey: old) else { return }
+      if let replaced = n.byPath[new], replaced != inode { n.byInode[replaced]?.unlinked = true }
+      n.byPath[new] = inode
+      n.byInode[inode]?.path = new
+      n.byInode[inode]?.stat?.name = new.last ?? ""
+      // A directory's children go with it: the kernel moved their dentries, and an open or
+      // getattr of one must walk its new path.
+      let below = n.byPath.filter { $0.key.count > old.count && $0.key.starts(with: old) }
+      for (path, child) in below {
+        n.byPath.removeValue(forKey: path)
+        let moved = new + path.dropFirst(old.count)
+        if let replaced = n.byPath[moved], replaced != child {
+          n.byInode[replaced]?.unlinked = true
+        }
+        n.byPath[moved] = child
+        n.byInode[child]?.path = moved
+      }
     }
   }
 
   var count: Int {
-    lock.lock()
-    defer { lock.unlock() }
-    return byInode.count
+    numbering.withLock { n in
+      return n.byInode.count
+    }
   }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NinePClient
 import NinePProtocol
+import Synchronization
 
 /// Directory listings by path, kept for a short time and fetched once for many callers.
 ///
@@ -21,7 +22,7 @@ import NinePProtocol
 /// A listing ends, whatever the server does: one that fails is tried again only on a kept fid
 /// (the server may have forgotten it), once, on a freshly opened one; it is bounded in reads,
 /// bytes and time (``DirectoryLimits``); names no local file system can hold are left out.
-final class ListingCache: @unchecked Sendable {
+final class ListingCache: Sendable {
   typealias Callback = @Sendable (Result<Listing, NinePError>) -> Void
 
   /// A directory's entries, and when the server was asked for them: the mount's own changes
@@ -51,14 +52,17 @@ final class ListingCache: @unchecked Sendable {
     var used: ContinuousClock.Instant
   }
 
-  private let lock = NSLock()
-  private var entries: [[String]: Entry] = [:]
-  private var fetching: [[String]: [Waiter]] = [:]
-  /// When each listing in `fetching` was asked for.
-  private var requested: [[String]: ContinuousClock.Instant] = [:]
-  /// Listings on their way that were invalidated meanwhile (see ``invalidate(_:)``).
-  private var invalidated: [[String]: ContinuousClock.Instant] = [:]
-  private var open: [[String]: OpenDirectory] = [:]
+  private struct State {
+    var entries: [[String]: Entry] = [:]
+    var fetching: [[String]: [Waiter]] = [:]
+    /// When each listing in `fetching` was asked for.
+    var requested: [[String]: ContinuousClock.Instant] = [:]
+    /// Listings on their way that were invalidated meanwhile (see ``invalidate(_:)``).
+    var invalidated: [[String]: ContinuousClock.Instant] = [:]
+    var open: [[String]: OpenDirectory] = [:]
+  }
+
+  private let state = Mutex(State())
   private let sessions: SessionProvider
   private let linkIsUp: @Sendable () -> Bool
   private let logger: Logger
@@ -91,40 +95,42 @@ final class ListingCache: @unchecked Sendable {
     _ callback: @escaping Callback
   ) {
     let down = !linkIsUp()
-    lock.lock()
-    if let cached = entries[path],
-      down
-        || ((cached.complete || !complete)
-          && cached.fetched.duration(to: .now) < (maxAge ?? lifetime))
-    {
-      // Fresh, or the link is down and what the mount last saw is the best answer there is.
-      lock.unlock()
-      return callback(.success(Listing(stats: cached.stats, requested: cached.requested)))
+    enum Next { case answer(Listing), wait, fetch }
+    let next = state.withLock { s -> Next in
+      if let cached = s.entries[path],
+        down
+          || ((cached.complete || !complete)
+            && cached.fetched.duration(to: .now) < (maxAge ?? lifetime))
+      {
+        // Fresh, or the link is down and what the mount last saw is the best answer there is.
+        return .answer(Listing(stats: cached.stats, requested: cached.requested))
+      }
+      let waiter = Waiter(needsComplete: complete, callback: callback)
+      if s.fetching[path] != nil {
+        s.fetching[path]?.append(waiter)
+        return .wait
+      }
+      s.fetching[path] = [waiter]
+      s.requested[path] = .now
+      return .fetch
     }
-    let waiter = Waiter(needsComplete: complete, callback: callback)
-    if fetching[path] != nil {
-      fetching[path]?.append(waiter)
-      lock.unlock()
-      return
+    switch next {
+    case .answer(let listing): callback(.success(listing))
+    case .wait: break
+    case .fetch: fetch(path)
     }
-    fetching[path] = [waiter]
-    requested[path] = .now
-    lock.unlock()
-    fetch(path)
   }
 
   /// The last listing of `path` the mount saw, however old (nil if none is kept).
   func lastSeen(_ path: [String]) -> Listing? {
-    lock.lock()
-    defer { lock.unlock() }
-    return entries[path].map { Listing(stats: $0.stats, requested: $0.requested) }
+    state.withLock { s in
+      s.entries[path].map { Listing(stats: $0.stats, requested: $0.requested) }
+    }
   }
 
   /// Whether the listing of `path` held now is known to be whole.
   func isComplete(_ path: [String]) -> Bool {
-    lock.lock()
-    defer { lock.unlock() }
-    return entries[path]?.complete ?? false
+    state.withLock { $0.entries[path]?.complete ?? false }
   }
 
   /// Forgets a listing (after a create, remove or rename in that directory).
@@ -132,23 +138,24 @@ final class ListingCache: @unchecked Sendable {
   /// A listing already on its way was asked for before the change: it still answers those
   /// waiting for it, but is not kept (the next caller fetches afresh and sees the change).
   func invalidate(_ path: [String]) {
-    lock.lock()
-    entries[path] = nil
-    if fetching[path] != nil { invalidated[path] = .now }
-    lock.unlock()
+    state.withLock { s in
+      s.entries[path] = nil
+      if s.fetching[path] != nil { s.invalidated[path] = .now }
+    }
   }
 
   /// Forgets `path` and everything under it, closing kept directories there (it was removed
   /// or renamed: a kept fid would list the old directory).
   func forgetSubtree(_ path: [String]) {
-    lock.lock()
-    for key in entries.keys where key.starts(with: path) { entries[key] = nil }
-    var closing: [OpenDirectory] = []
-    for (key, kept) in open where key.starts(with: path) && fetching[key] == nil {
-      closing.append(kept)
-      open[key] = nil
+    let closing = state.withLock { s -> [OpenDirectory] in
+      for key in s.entries.keys where key.starts(with: path) { s.entries[key] = nil }
+      var closing: [OpenDirectory] = []
+      for (key, kept) in s.open where key.starts(with: path) && s.fetching[key] == nil {
+        closing.append(kept)
+        s.open[key] = nil
+      }
+      return closing
     }
-    lock.unlock()
     for kept in closing { kept.session.clunk(kept.fid) }
   }
 
@@ -162,19 +169,17 @@ final class ListingCache: @unchecked Sendable {
   }
 
   private func fetch(_ path: [String], on session: Session) {
-    lock.lock()
-    var stale: OpenDirectory?
-    if let kept = open[path] {
+    let (reusable, stale) = state.withLock { s -> (Fid?, OpenDirectory?) in
+      guard let kept = s.open[path] else { return (nil, nil) }
       if kept.session === session && session.closedReason == nil
         && kept.opened.duration(to: .now) < Self.keptLifetime
       {
-        open[path]?.used = .now
-        lock.unlock()
-        return list(path, fid: kept.fid, on: session, kept: true, reused: true)
+        s.open[path]?.used = .now
+        return (kept.fid, nil)
       }
-      stale = open.removeValue(forKey: path)
+      return (nil, s.open.removeValue(forKey: path))
     }
-    lock.unlock()
+    if let reusable { return list(path, fid: reusable, on: session, kept: true, reused: true) }
     if let stale, stale.session.closedReason == nil { stale.session.clunk(stale.fid) }
     session.walkOpen(path, mode: .read) { [self] opened in
       switch opened {
@@ -190,19 +195,21 @@ final class ListingCache: @unchecked Sendable {
   /// Keeps a freshly opened directory fid, closing the least recently used one beyond the
   /// limit (never one a listing is reading). False if there is no room: list once, clunk.
   private func keep(_ path: [String], fid: Fid, on session: Session) -> Bool {
-    lock.lock()
-    var evicted: OpenDirectory?
-    if open.count >= keptDirectories {
-      let idle = open.filter { fetching[$0.key] == nil }
-      if let oldest = idle.min(by: { $0.value.used < $1.value.used }) {
-        evicted = open.removeValue(forKey: oldest.key)
+    let (kept, evicted) = state.withLock { s -> (Bool, OpenDirectory?) in
+      var evicted: OpenDirectory?
+      if s.open.count >= keptDirectories {
+        let listing = s.fetching
+        let idle = s.open.filter { listing[$0.key] == nil }
+        if let oldest = idle.min(by: { $0.value.used < $1.value.used }) {
+          evicted = s.open.removeValue(forKey: oldest.key)
+        }
       }
+      let kept = s.open.count < keptDirectories
+      if kept {
+        s.open[path] = OpenDirectory(session: session, fid: fid, opened: .now, used: .now)
+      }
+      return (kept, evicted)
     }
-    let kept = open.count < keptDirectories
-    if kept {
-      open[path] = OpenDirectory(session: session, fid: fid, opened: .now, used: .now)
-    }
-    lock.unlock()
     if let evicted, evicted.session.closedReason == nil { evicted.session.clunk(evicted.fid) }
     return kept
   }
@@ -221,9 +228,9 @@ final class ListingCache: @unchecked Sendable {
         // is the answer: trying again would loop for as long as the server refuses. A
         // timeout is never retried: the caller has waited the whole `timeout=` already.
         if kept {
-          lock.lock()
-          if open[path]?.fid == fid && open[path]?.session === session { open[path] = nil }
-          lock.unlock()
+          state.withLock { s in
+            if s.open[path]?.fid == fid && s.open[path]?.session === session { s.open[path] = nil }
+          }
         }
         session.clunk(fid)
         if reused, case .server = error { return fetch(path, on: session) }
@@ -260,38 +267,40 @@ final class ListingCache: @unchecked Sendable {
 
   /// The first reply was short: answer those that can take it now.
   private func provisional(_ path: [String], _ stats: [Stat]) {
-    lock.lock()
-    let asked = requested[path] ?? .now
-    if invalidated[path] == nil {
-      entries[path] = Entry(stats: stats, fetched: .now, requested: asked, complete: false)
+    let (asked, waiting) = state.withLock { s -> (ContinuousClock.Instant, [Waiter]) in
+      let asked = s.requested[path] ?? .now
+      if s.invalidated[path] == nil {
+        s.entries[path] = Entry(stats: stats, fetched: .now, requested: asked, complete: false)
+      }
+      let waiting = s.fetching[path] ?? []
+      s.fetching[path] = waiting.filter(\.needsComplete)
+      return (asked, waiting)
     }
-    let waiting = fetching[path] ?? []
-    fetching[path] = waiting.filter(\.needsComplete)
-    lock.unlock()
     let listing = Listing(stats: stats, requested: asked)
     for waiter in waiting where !waiter.needsComplete { waiter.callback(.success(listing)) }
   }
 
   private func finish(_ path: [String], _ listed: Result<[Stat], NinePError>) {
-    lock.lock()
-    let asked = requested.removeValue(forKey: path) ?? .now
-    let outdated = invalidated.removeValue(forKey: path) != nil
-    var result = listed.map { Listing(stats: $0, requested: asked) }
-    switch listed {
-    case .success where outdated:
-      entries[path] = nil
-    case .success(let stats):
-      entries[path] = Entry(stats: stats, fetched: .now, requested: asked, complete: true)
-    case .failure(let error) where error.isLinkFailure:
-      // While the link is down, what the mount last saw beats an error.
-      if let stale = entries[path] {
-        result = .success(Listing(stats: stale.stats, requested: stale.requested))
+    let (result, waiting) = state.withLock {
+      s -> (Result<Listing, NinePError>, [Waiter]) in
+      let asked = s.requested.removeValue(forKey: path) ?? .now
+      let outdated = s.invalidated.removeValue(forKey: path) != nil
+      var result = listed.map { Listing(stats: $0, requested: asked) }
+      switch listed {
+      case .success where outdated:
+        s.entries[path] = nil
+      case .success(let stats):
+        s.entries[path] = Entry(stats: stats, fetched: .now, requested: asked, complete: true)
+      case .failure(let error) where error.isLinkFailure:
+        // While the link is down, what the mount last saw beats an error.
+        if let stale = s.entries[path] {
+          result = .success(Listing(stats: stale.stats, requested: stale.requested))
+        }
+      case .failure:
+        if s.entries[path]?.complete == false { s.entries[path] = nil }
       }
-    case .failure:
-      if entries[path]?.complete == false { entries[path] = nil }
+      return (result, s.fetching.removeValue(forKey: path) ?? [])
     }
-    let waiting = fetching.removeValue(forKey: path) ?? []
-    lock.unlock()
     for waiter in waiting { waiter.callback(result) }
   }
 }

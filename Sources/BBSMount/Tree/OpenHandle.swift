@@ -9,7 +9,7 @@ import Synchronization
 #endif
 
 /// An open file or directory of the mount, behind a FUSE file handle. Each kind is a type of
-/// its own: a server file (``FileHandle``), a chat room (``RoomHandle``), a post file
+/// its own: a server file (``RemoteFileHandle``), a chat room (``RoomHandle``), a post file
 /// (``PostHandle``), a board message being written (``DraftHandle``), a snapshot read at open
 /// (``SnapshotHandle``) and a directory listing (``DirectoryHandle``).
 ///
@@ -44,44 +44,47 @@ extension OpenHandle {
 }
 
 /// The open handles by FUSE file handle number.
-final class HandleTable: @unchecked Sendable {
-  private let lock = NSLock()
-  private var handles: [UInt64: any OpenHandle] = [:]
-  private var next: UInt64 = 1
+final class HandleTable: Sendable {
+  private struct Numbered {
+    var handles: [UInt64: any OpenHandle] = [:]
+    var next: UInt64 = 1
+  }
+
+  private let numbered = Mutex(Numbered())
 
   /// Keeps `handle`; returns its number.
   func store(_ handle: any OpenHandle) -> UInt64 {
-    lock.lock()
-    defer { lock.unlock() }
-    let id = next
-    next += 1
-    handles[id] = handle
-    return id
+    numbered.withLock { n in
+      let id = n.next
+      n.next += 1
+      n.handles[id] = handle
+      return id
+    }
   }
 
   subscript(id: UInt64) -> (any OpenHandle)? {
-    lock.lock()
-    defer { lock.unlock() }
-    return handles[id]
+    numbered.withLock { n in
+      return n.handles[id]
+    }
   }
 
   @discardableResult
   func remove(_ id: UInt64) -> (any OpenHandle)? {
-    lock.lock()
-    defer { lock.unlock() }
-    return handles.removeValue(forKey: id)
+    numbered.withLock { n in
+      return n.handles.removeValue(forKey: id)
+    }
   }
 
   /// Every open handle of one kind, with its number.
   func all<Handle: OpenHandle>(_ kind: Handle.Type) -> [(id: UInt64, handle: Handle)] {
-    lock.lock()
-    defer { lock.unlock() }
-    return handles.compactMap { id, handle in (handle as? Handle).map { (id, $0) } }
+    numbered.withLock { n in
+      return n.handles.compactMap { id, handle in (handle as? Handle).map { (id, $0) } }
+    }
   }
 }
 
 /// A server file open on a fid of the primary session.
-final class FileHandle: OpenHandle {
+final class RemoteFileHandle: OpenHandle {
   let file: RemoteFile
   let inode: FuseInode
   private let inodes: InodeTable
@@ -109,7 +112,7 @@ final class FileHandle: OpenHandle {
 
   /// Opens the server file `node` on a fid of its own and answers `request` with its handle.
   static func open(
-    _ request: FuseRequest, node: InodeTable.Node, info: FuseFileInfo, tree: Tree,
+    _ request: FuseRequest, node: InodeTable.Node, info: FuseFileInfo, tree: MountTree,
     remote: Remote, handles: HandleTable
   ) {
     var mode = OpenMode(fuseFlags: info.flags)
@@ -143,7 +146,7 @@ final class FileHandle: OpenHandle {
           remote.pageCache.forget(node.inode)
         }
         info.handle = handles.store(
-          FileHandle(
+          RemoteFileHandle(
             file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache,
             size: node.stat?.length))
         if openMode.allowsWriting { tree.inodes.invalidate(node.inode) }
@@ -158,7 +161,7 @@ final class FileHandle: OpenHandle {
   /// directory is opened instead, unless `O_EXCL` says otherwise (POSIX `open(O_CREAT)`).
   static func create(
     _ request: FuseRequest, in directory: [String], name: String, permissions: UInt32,
-    info: FuseFileInfo, tree: Tree, remote: Remote, handles: HandleTable
+    info: FuseFileInfo, tree: MountTree, remote: Remote, handles: HandleTable
   ) {
     var opening = OpenMode(fuseFlags: info.flags)
     if info.flags & O_TRUNC != 0 { opening = opening.truncating }
@@ -186,7 +189,7 @@ final class FileHandle: OpenHandle {
   /// The create of `path` found it made already: opens it, and learns its entry (its size)
   /// by a Tstat, since the mount's listing did not have it.
   private static func openExisting(
-    _ request: FuseRequest, _ path: [String], mode: OpenMode, info: FuseFileInfo, tree: Tree,
+    _ request: FuseRequest, _ path: [String], mode: OpenMode, info: FuseFileInfo, tree: MountTree,
     remote: Remote, handles: HandleTable
   ) {
     remote.open(path, mode: mode) { opened in
@@ -219,14 +222,15 @@ final class FileHandle: OpenHandle {
   /// write-only (see ``open(_:node:info:tree:remote:handles:)``).
   private static func reply(
     _ request: FuseRequest, file: RemoteFile, node: InodeTable.Node, info: FuseFileInfo,
-    tree: Tree, remote: Remote, handles: HandleTable
+    tree: MountTree, remote: Remote, handles: HandleTable
   ) {
     var info = info
     info.directIO = info.flags & O_ACCMODE == O_WRONLY
     info.keepCache = false
     remote.pageCache.forget(node.inode)
     info.handle = handles.store(
-      FileHandle(file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache))
+      RemoteFileHandle(
+        file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache))
     let current = tree.inodes.node(node.inode) ?? node
     if !request.replyCreate(tree.attributes.entry(for: current), info) {
       handles.remove(info.handle)?.release()

@@ -33,7 +33,7 @@ public enum EtcField: String, Sendable, CaseIterable, Hashable {
 }
 
 /// A device's `/etc/nets` entries: listed and walkable, never readable (device and gen1
-/// profiles only; see `Tree`).
+/// profiles only; see `Namespace`).
 public let etcNets = ["fsxnet", "aethernet"]
 
 /// The BBS user registry and the `/etc` values. The sysops (a configured list of identities,

@@ -5,7 +5,8 @@ import NinePProtocol
 import NinePTransport
 import Synchronization
 
-/// One client connection: its transport, its session and the reader loop that feeds it.
+/// One client connection: its transport, the handler of its 9P requests and the reader loop
+/// that feeds it.
 final class Connection: Sendable {
   /// The device RX state machine of docs/board-facts.md §3.2.
   private enum Receive: Sendable {
@@ -24,7 +25,7 @@ final class Connection: Sendable {
   private let transport: any MessageTransport
   private let raw: SocketTransport?
   private let server: BBSServer
-  private let session: ServerSession
+  private let handler: ConnectionHandler
   private let logger: Logger
   private let sendFrames: @Sendable ([OutgoingFrame]) -> Void
   private let receive = Mutex(Receive.waitSize)
@@ -68,8 +69,9 @@ final class Connection: Sendable {
       }
     }
     sendFrames = sendAll
-    session = ServerSession(
-      id: id, tree: server.tree, configuration: server.configuration, logger: server.logger,
+    handler = ConnectionHandler(
+      id: id, namespace: server.namespace, configuration: server.configuration,
+      logger: server.logger,
       wakeQueue: server.wakeQueue, limiter: server.limiter, address: host,
       send: { sendAll($0.map(OutgoingFrame.bytes)) })
   }
@@ -105,7 +107,7 @@ final class Connection: Sendable {
     }
     guard first else { return }
     transport.close()
-    let leftOpen = session.close()
+    let leftOpen = handler.close()
     // A Gen-1 board never releases them; count them so tests can check the client clunked.
     let gen1 = server.configuration.profile == .gen1
     if gen1 && leftOpen > 0 {
@@ -123,7 +125,7 @@ final class Connection: Sendable {
     while let frame = receiveFrame(failure: {
       "session \(id): receive failed: \($0); disconnecting"
     }) {
-      send(session.process(frame))
+      send(handler.process(frame))
     }
   }
 
@@ -131,7 +133,7 @@ final class Connection: Sendable {
   /// `failure`'s text unless the connection was closed on purpose).
   private func receiveFrame(failure: (TransportError) -> String) -> [UInt8]? {
     do {
-      let frame = try transport.receive(limit: session.msize)
+      let frame = try transport.receive(limit: handler.msize)
       if frame != nil { activity.requestArrived() }
       return frame
     } catch {
@@ -213,7 +215,7 @@ final class Connection: Sendable {
     let delay = server.configuration.processingDelay
     server.worker.async { [self] in
       if delay > .zero { Thread.sleep(forTimeInterval: delay.timeInterval) }
-      let replies = closed.withLock({ $0 }) ? [] : session.process(frame)
+      let replies = closed.withLock({ $0 }) ? [] : handler.process(frame)
       receive.withLock { $0 = .waitSize }
       send(replies)
       completion()
@@ -226,7 +228,7 @@ final class Connection: Sendable {
   /// nil. Called by the server's watchdog.
   func overdue(at now: ContinuousClock.Instant) -> String? {
     let configuration = server.configuration
-    if !session.isAttached, opened.duration(to: now) > configuration.handshakeTimeout {
+    if !handler.isAttached, opened.duration(to: now) > configuration.handshakeTimeout {
       return "no Tversion and Tattach within \(configuration.handshakeTimeout)"
     }
     let inside: Bool
@@ -244,7 +246,7 @@ final class Connection: Sendable {
     if let since = seen.partialSince, since.duration(to: now) > configuration.stallTimeout {
       return "a request stayed half-sent, no byte coming, for \(configuration.stallTimeout)"
     }
-    if seen.lastRequest.duration(to: now) > configuration.idleTimeout, !session.hasParkedRead,
+    if seen.lastRequest.duration(to: now) > configuration.idleTimeout, !handler.hasParkedRead,
       !isProcessing
     {
       return "idle for \(configuration.idleTimeout)"

@@ -352,7 +352,7 @@ final class FilesArea: Sendable {
   /// length, mode (permission bits), atime, mtime and name, checked first and applied in that
   /// order, the rename last. Returns the entry's path afterwards.
   ///
-  /// The owner fields are the caller's business (see ``Tree/wstat(_:_:)``).
+  /// The owner fields are the caller's business (see ``Namespace/wstat(_:_:)``).
   func change(_ parts: [String], to wanted: Stat) throws(NinePFailure) -> [String] {
     let location = try locate(parts)
     let isDirectory = location.isDirectory

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 
 /// What the reader threads hand the terminal's thread.
 enum Incoming: Sendable {
@@ -18,9 +19,8 @@ enum Incoming: Sendable {
 
 /// A queue from reader threads to the one thread that draws, with a pipe to wake its
 /// `poll`: the client sleeps in `poll` on the keyboard and this pipe, never polling files.
-final class Inbox: @unchecked Sendable {
-  private let lock = NSLock()
-  private var items: [Incoming] = []
+final class Inbox: Sendable {
+  private let items = Mutex<[Incoming]>([])
   /// [read end, write end], both non-blocking.
   let pipe: (read: Int32, write: Int32)
 
@@ -37,9 +37,7 @@ final class Inbox: @unchecked Sendable {
   }
 
   func post(_ item: Incoming) {
-    lock.lock()
-    items.append(item)
-    lock.unlock()
+    items.withLock { $0.append(item) }
     wake()
   }
 
@@ -53,11 +51,11 @@ final class Inbox: @unchecked Sendable {
   func take() -> [Incoming] {
     var buffer = [UInt8](repeating: 0, count: 256)
     while read(pipe.read, &buffer, buffer.count) > 0 {}
-    lock.lock()
-    defer { lock.unlock() }
-    let taken = items
-    items = []
-    return taken
+    return items.withLock { items in
+      let taken = items
+      items = []
+      return taken
+    }
   }
 }
 

@@ -1,18 +1,18 @@
 import Foundation
 import Glibc
+import Synchronization
 
 /// The mount's chat files, read and written as any program would: one reader thread per open
 /// room (a room file blocks at its end, so a thread waits in `read` and costs nothing while
 /// the room is quiet), one each for `chat/mentions` and `chat/events`, and a serial queue for
 /// posts (a post waits until the server has it; typing never does).
-final class MountFiles: @unchecked Sendable {
+final class MountFiles: Sendable {
   /// The mount's chat directory (`MOUNTPOINT/chat`).
   let chat: String
   private let inbox: Inbox
   private let posts = DispatchQueue(label: "mount9bbs.chat.post")
-  private let lock = NSLock()
   /// Rooms with a reader thread, so a room is never read twice.
-  private var reading: Set<String> = []
+  private let reading = Mutex<Set<String>>([])
 
   /// Mount-local files in `chat/` that are not rooms.
   static let notRooms: Set<String> = ["post", "users", "unread", "mentions", "events", "outbox"]
@@ -68,9 +68,7 @@ final class MountFiles: @unchecked Sendable {
   /// Starts reading `room`: its history first (what the file holds at open, with the unread
   /// count read just before: reading the room resets it), then each line as it arrives.
   func follow(_ room: String) {
-    lock.lock()
-    let fresh = reading.insert(room).inserted
-    lock.unlock()
+    let fresh = reading.withLock { $0.insert(room).inserted }
     guard fresh else { return }
     let path = chat + "/" + room
     let thread = Thread { [self] in
@@ -124,9 +122,7 @@ final class MountFiles: @unchecked Sendable {
   }
 
   private func forget(_ room: String) {
-    lock.lock()
-    reading.remove(room)
-    lock.unlock()
+    _ = reading.withLock { $0.remove(room) }
   }
 
   /// Follows `chat/mentions` and `chat/events` when the mount has them.

@@ -1,12 +1,19 @@
 import Glibc
 
 // State the signal handlers read: set up before any handler is installed, never freed.
+// Written by saveModes() before install(), then only read (the handlers, uninstall()).
 nonisolated(unsafe) private var savedModes = termios()
+// Written with savedModes, then only read.
 nonisolated(unsafe) private var haveSavedModes = false
+// Written by install() before it installs the handlers that read it, then only read.
 nonisolated(unsafe) private var leaveSequence: UnsafeMutablePointer<UInt8>?
+// Written with leaveSequence, then only read.
 nonisolated(unsafe) private var leaveSequenceLength = 0
+// Written by install() before it installs the handlers that write to it, then only read.
 nonisolated(unsafe) private var wakeDescriptor: Int32 = -1
+// Set by a handler, read by the loop: one aligned Int32 store (C's `sig_atomic_t` idiom).
 nonisolated(unsafe) private var caughtSignal: Int32 = 0
+// Set by the SIGWINCH handler, read and cleared by the loop: as `caughtSignal`.
 nonisolated(unsafe) private var resized: Int32 = 0
 
 /// Leaves the terminal as it was found, whatever ends the client: a quit (curses' `endwin`),

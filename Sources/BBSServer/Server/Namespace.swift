@@ -8,7 +8,7 @@ import Synchronization
 /// In the device and gen1 profiles (`device`), walks and Tstat reproduce `bbs_create_node`: only message and /etc
 /// files are files; every other node says QTDIR with mode 0755 but no DMDIR and length 0, and
 /// some qid paths differ from the listing's.
-final class Tree: Sendable {
+final class Namespace: Sendable {
   let board: Board
   let files: FilesArea?
   let device: Bool
@@ -41,7 +41,7 @@ final class Tree: Sendable {
   // MARK: Walking
 
   /// The child `name` of `node`, or nil. `..` goes to the parent.
-  func walk(from node: Node, name: String) -> Node? {
+  func walk(from node: NamespaceNode, name: String) -> NamespaceNode? {
     if name == ".." { return node.parent }
     if device && name.utf8.count > 63 { return nil }  // the device's walk buffer
     switch node {
@@ -79,7 +79,7 @@ final class Tree: Sendable {
   }
 
   /// Whether the node still exists (rooms and messages cannot vanish, files can).
-  func isDirectory(_ node: Node) -> Bool {
+  func isDirectory(_ node: NamespaceNode) -> Bool {
     if case .files(let path) = node { return (try? files?.info(path))?.isDirectory ?? false }
     return node.isDirectory
   }
@@ -87,7 +87,7 @@ final class Tree: Sendable {
   // MARK: Qids and stats
 
   /// A stable number for the node within its kind.
-  private func identity(_ node: Node) -> UInt64 {
+  private func identity(_ node: NamespaceNode) -> UInt64 {
     switch node {
     case .root: return 0
     case .etcDir: return 0
@@ -106,14 +106,14 @@ final class Tree: Sendable {
   }
 
   /// The qid a listing shows.
-  func listingQid(_ node: Node) -> Qid {
+  func listingQid(_ node: NamespaceNode) -> Qid {
     let isDir = isDirectory(node)
     let low = identity(node) & 0xFFFF_FFFF
     return Qid(type: isDir ? .directory : .file, path: node.kind << 32 | low)
   }
 
   /// The qid a walk, attach, open or create returns.
-  func walkQid(_ node: Node) -> Qid {
+  func walkQid(_ node: NamespaceNode) -> Qid {
     guard device else { return listingQid(node) }
     var path = node.kind << 32 | (identity(node) & 0xFFFF_FFFF)
     switch node {
@@ -126,7 +126,7 @@ final class Tree: Sendable {
     return Qid(type: deviceWalkIsFile(node) ? .file : .directory, path: path)
   }
 
-  private func deviceWalkIsFile(_ node: Node) -> Bool {
+  private func deviceWalkIsFile(_ node: NamespaceNode) -> Bool {
     switch node {
     case .etcFile, .netsFile, .boardMessage: return true
     case .files: return !isDirectory(node)
@@ -135,7 +135,7 @@ final class Tree: Sendable {
   }
 
   /// The entry a listing of the node's parent shows for it.
-  func listingStat(_ node: Node, user: BoardUser) -> Stat {
+  func listingStat(_ node: NamespaceNode, user: BoardUser) -> Stat {
     let isDir = isDirectory(node)
     var mode: FileMode
     var length: UInt64 = 0
@@ -174,7 +174,7 @@ final class Tree: Sendable {
   }
 
   /// What Tstat says about a node.
-  func stat(_ node: Node, user: BoardUser) -> Stat {
+  func stat(_ node: NamespaceNode, user: BoardUser) -> Stat {
     guard device else { return listingStat(node, user: user) }
     if case .files = node { return listingStat(node, user: user) }
     let isFile = deviceWalkIsFile(node)
@@ -184,7 +184,7 @@ final class Tree: Sendable {
   }
 
   /// The children of a directory node, in listing order.
-  func children(_ node: Node) throws(NinePFailure) -> [Node] {
+  func children(_ node: NamespaceNode) throws(NinePFailure) -> [NamespaceNode] {
     switch node {
     case .root: return [.etcDir, .roomsDir, .chatDir] + (files == nil ? [] : [.files([])])
     case .etcDir: return EtcField.allCases.map { .etcFile($0) } + [.netsDir]
@@ -206,7 +206,8 @@ final class Tree: Sendable {
 
   /// A directory read: whole stat entries starting at byte `offset` of the listing, at most
   /// `count` bytes.
-  func readDirectory(_ node: Node, offset: UInt64, count: Int, user: BoardUser) throws(NinePFailure)
+  func readDirectory(_ node: NamespaceNode, offset: UInt64, count: Int, user: BoardUser)
+    throws(NinePFailure)
     -> [UInt8]
   {
     var out: [UInt8] = []
@@ -223,8 +224,8 @@ final class Tree: Sendable {
 
   // MARK: Reading and writing
 
-  /// Reads a node that is not a chat room (those park; see ServerSession).
-  func read(_ node: Node, offset: UInt64, count: Int, user: BoardUser, fd: Int32?)
+  /// Reads a node that is not a chat room (those park; see ConnectionHandler).
+  func read(_ node: NamespaceNode, offset: UInt64, count: Int, user: BoardUser, fd: Int32?)
     throws(NinePFailure) -> [UInt8]
   {
     func slice(_ bytes: [UInt8]) -> [UInt8] {
@@ -266,7 +267,9 @@ final class Tree: Sendable {
 
   /// Writes a node; returns the count to report. `data` is usually a view into the request
   /// frame: a file-area write goes from there to the file without a copy.
-  func write(_ node: Node, offset: UInt64, data: ArraySlice<UInt8>, user: BoardUser, fd: Int32?)
+  func write(
+    _ node: NamespaceNode, offset: UInt64, data: ArraySlice<UInt8>, user: BoardUser, fd: Int32?
+  )
     throws(NinePFailure) -> Int
   {
     do {
@@ -300,8 +303,8 @@ final class Tree: Sendable {
   /// Tcreate in `parent`: a board room at the root, a message in a board room, a file or
   /// directory in the files area. Returns the new node and, for files, an open descriptor.
   func create(
-    in parent: Node, name: String, perm: FileMode, mode: OpenMode, user: BoardUser
-  ) throws(NinePFailure) -> (node: Node, fd: Int32?) {
+    in parent: NamespaceNode, name: String, perm: FileMode, mode: OpenMode, user: BoardUser
+  ) throws(NinePFailure) -> (node: NamespaceNode, fd: Int32?) {
     do {
       switch parent {
       case .root:
@@ -334,7 +337,7 @@ final class Tree: Sendable {
   ///
   /// Every entry belongs to one owner, so uid, gid and muid may only name it again: a change
   /// of owner or group is refused (`not authorized`), never dropped.
-  func wstat(_ node: Node, _ wanted: Stat) throws(NinePFailure) -> Node {
+  func wstat(_ node: NamespaceNode, _ wanted: Stat) throws(NinePFailure) -> NamespaceNode {
     for owner in [wanted.uid, wanted.gid, wanted.muid] where !owner.isEmpty {
       guard owner == Self.owner else { throw NinePFailure(errno: EPERM, operation: "wstat") }
     }
@@ -348,7 +351,7 @@ final class Tree: Sendable {
   }
 
   /// Tremove: only files-area entries can go; the BBS has no deletion.
-  func remove(_ node: Node) throws(NinePFailure) {
+  func remove(_ node: NamespaceNode) throws(NinePFailure) {
     guard case .files(let path) = node, let files else {
       throw NinePFailure(errno: ENOTSUP, operation: "remove")
     }

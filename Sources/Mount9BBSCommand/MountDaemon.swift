@@ -56,9 +56,9 @@ struct MountDaemon {
         "\(absoluteMountpoint) is already \(kind); unmount it first (mount9bbs -u) or mount elsewhere"
       )
     }
-    do throws(FuseSessionError) {
-      try FuseSession.checkDevice()
-      try FuseSession.checkMountpoint(mountpoint, allowNonEmpty: options.allowNonEmpty)
+    do throws(FuseMountError) {
+      try FuseMount.checkDevice()
+      try FuseMount.checkMountpoint(mountpoint, allowNonEmpty: options.allowNonEmpty)
     } catch {
       throw .fuse(error)
     }
@@ -152,10 +152,10 @@ struct MountDaemon {
     if options.readaheadKiB > 0 { fuseOptions.readaheadKiB = options.readaheadKiB }
     fuseOptions.trace = debug
     fileSystem.prefetchRoot(timeout: .seconds(5))
-    let session = FuseSession(
+    let fuse = FuseMount(
       fileSystem: fileSystem, mountpoint: mountpoint, options: fuseOptions, logger: logger)
-    do throws(FuseSessionError) {
-      try session.mount()
+    do throws(FuseMountError) {
+      try fuse.mount()
     } catch {
       throw .fuse(error)
     }
@@ -177,7 +177,7 @@ struct MountDaemon {
     // stderr) must fail the command, not leave it reporting success over nothing.
     Thread.detachNewThread { [self] in
       var info = stat()
-      guard stat(absoluteMountpoint, &info) == 0, FuseSession.isFuseMount(path: absoluteMountpoint)
+      guard stat(absoluteMountpoint, &info) == 0, FuseMount.isFuseMount(path: absoluteMountpoint)
       else { return }
       // stderr leaves the front process's pipe before `ready` closes it: a line logged in
       // between would otherwise hit a pipe nobody reads.
@@ -190,9 +190,9 @@ struct MountDaemon {
       SystemdNotifier.ready(mountpoint: absoluteMountpoint, link: pool.linkState)
       pool.observe { state in SystemdNotifier.linkChanged(state, mountpoint: absoluteMountpoint) }
     }
-    var loopError: FuseSessionError?
+    var loopError: FuseMountError?
     do {
-      try session.run()
+      try fuse.run()
     } catch {
       loopError = error
     }
@@ -265,7 +265,7 @@ final class Once: Sendable {
 
 /// Why the mount could not start; each says what to do about it.
 enum MountError: Error, CustomStringConvertible {
-  case fuse(FuseSessionError)
+  case fuse(FuseMountError)
   case connect(address: String, NinePError, identity: String? = nil)
   case local(String)
   /// A mount the command will not make (the reason says why and what to do): also a key that

@@ -3,13 +3,14 @@ import Glibc
 import Logging
 import Synchronization
 
-/// State shared by a session, its requests, its notifier and the C callbacks: the table of
-/// outstanding requests (which makes every reply exactly-once), interrupt handlers, and the
-/// gate that keeps replies and notifications away from a destroyed `fuse_session`.
+/// The userdata of a libfuse session: the state a ``FuseMount``, its requests, its notifier and
+/// the C callbacks share. It holds the table of outstanding requests (which makes every reply
+/// exactly-once), interrupt handlers, and the gate that keeps replies and notifications away
+/// from a destroyed `fuse_session`.
 ///
-/// Its address is the session's userdata; it lives until the session object is gone, which is
-/// after `fuse_session_destroy`.
-final class SessionCore: @unchecked Sendable {
+/// Its address is the `fuse_session`'s userdata; it lives until the ``FuseMount`` is gone,
+/// which is after `fuse_session_destroy`.
+final class FuseUserdata: @unchecked Sendable {
   // @unchecked: `gate` is a pthread rwlock at a fixed address, `session` is written once
   // before any request exists and cleared under the gate's write lock.
 
@@ -62,9 +63,9 @@ final class SessionCore: @unchecked Sendable {
 
   var userdata: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
 
-  static func from(_ userdata: UnsafeMutableRawPointer?) -> SessionCore? {
+  static func from(_ userdata: UnsafeMutableRawPointer?) -> FuseUserdata? {
     guard let userdata else { return nil }
-    return Unmanaged<SessionCore>.fromOpaque(userdata).takeUnretainedValue()
+    return Unmanaged<FuseUserdata>.fromOpaque(userdata).takeUnretainedValue()
   }
 
   // MARK: Session pointer and gate
@@ -207,7 +208,7 @@ final class SessionCore: @unchecked Sendable {
     guard stored else { return }
     // Not under our lock: libfuse holds the request's lock while it calls the interrupt
     // function, and calls it right here if the interrupt already arrived.
-    fuse_req_interrupt_func(request.raw, sessionCoreInterrupt, userdata)
+    fuse_req_interrupt_func(request.raw, fuseUserdataInterrupt, userdata)
   }
 
   /// Called by libfuse (with the request's lock held) when the kernel interrupts `raw`.
@@ -254,8 +255,8 @@ final class SessionCore: @unchecked Sendable {
   }
 }
 
-private func sessionCoreInterrupt(_ req: fuse_req_t?, _ data: UnsafeMutableRawPointer?) {
-  guard let req, let core = SessionCore.from(data) else { return }
+private func fuseUserdataInterrupt(_ req: fuse_req_t?, _ data: UnsafeMutableRawPointer?) {
+  guard let req, let core = FuseUserdata.from(data) else { return }
   core.interrupted(req)
 }
 

@@ -5,7 +5,7 @@ import Logging
 import XCTest
 
 /// Real mounts of ``ToyFileSystem`` exercised with the ordinary tools.
-final class FuseSessionTests: XCTestCase {
+final class FuseMountTests: XCTestCase {
   struct Unavailable: Error, CustomStringConvertible {
     let description: String
   }
@@ -199,16 +199,16 @@ final class FuseSessionTests: XCTestCase {
     XCTAssertEqual(result.reason, .exit)
     XCTAssertNotEqual(result.status, 0)
     XCTAssertTrue(result.stderr.contains("Input/output error"), result.stderr)
-    XCTAssertFalse(FuseSession.isFuseMount(path: m.mountpoint))
+    XCTAssertFalse(FuseMount.isFuseMount(path: m.mountpoint))
   }
 
   func testExternalUnmountStopsSession() throws {
     let m = try MountFixture(self)
-    XCTAssertTrue(FuseSession.isFuseMount(path: m.mountpoint))
+    XCTAssertTrue(FuseMount.isFuseMount(path: m.mountpoint))
     XCTAssertEqual(try Command.run("cat \(m.path("hello.txt"))").stdout, ToyFileSystem.hello)
-    try FuseSession.unmount(path: m.mountpoint + "/./")
+    try FuseMount.unmount(path: m.mountpoint + "/./")
     XCTAssertTrue(m.session.waitUntilStopped(timeout: .seconds(5)), "loop did not notice")
-    XCTAssertFalse(FuseSession.isFuseMount(path: m.mountpoint))
+    XCTAssertFalse(FuseMount.isFuseMount(path: m.mountpoint))
   }
 
   func testAbortedConnectionStopsSession() throws {
@@ -233,7 +233,7 @@ final class FuseSessionTests: XCTestCase {
     XCTAssertEqual(write(abort, "1", 1), 1)
     close(abort)
     XCTAssertTrue(m.session.waitUntilStopped(timeout: .seconds(5)))
-    XCTAssertFalse(FuseSession.isFuseMount(path: m.mountpoint))
+    XCTAssertFalse(FuseMount.isFuseMount(path: m.mountpoint))
   }
 
   func testUnmountHelperCleansDeadMount() throws {
@@ -248,15 +248,15 @@ final class FuseSessionTests: XCTestCase {
       throw Unavailable(description: "cannot mount by hand: \(String(cString: strerror(errno)))")
     }
     close(fd)
-    defer { if FuseSession.isFuseMount(path: dir) { umount2(dir, 2) } }
+    defer { if FuseMount.isFuseMount(path: dir) { umount2(dir, 2) } }
     var st = stat()
     XCTAssertNotEqual(stat(dir, &st), 0)
     XCTAssertEqual(errno, ENOTCONN)
-    XCTAssertThrowsError(try FuseSession(fileSystem: ToyFileSystem(), mountpoint: dir).mount()) {
-      XCTAssertEqual($0 as? FuseSessionError, .mountpointUnusable(dir, errno: ENOTCONN))
+    XCTAssertThrowsError(try FuseMount(fileSystem: ToyFileSystem(), mountpoint: dir).mount()) {
+      XCTAssertEqual($0 as? FuseMountError, .mountpointUnusable(dir, errno: ENOTCONN))
     }
-    try FuseSession.unmount(path: dir)
-    XCTAssertFalse(FuseSession.isFuseMount(path: dir))
+    try FuseMount.unmount(path: dir)
+    XCTAssertFalse(FuseMount.isFuseMount(path: dir))
     XCTAssertEqual(stat(dir, &st), 0)
   }
 
@@ -278,8 +278,8 @@ final class FuseSessionTests: XCTestCase {
   func testMountErrorsAreTyped() throws {
     let dir = try makeTemporaryDirectory()
     defer { _ = try? FileManager.default.removeItem(atPath: dir) }
-    func mountError(_ path: String, _ options: FuseMountOptions = .init()) -> FuseSessionError? {
-      let s = FuseSession(fileSystem: ToyFileSystem(), mountpoint: path, options: options)
+    func mountError(_ path: String, _ options: FuseMountOptions = .init()) -> FuseMountError? {
+      let s = FuseMount(fileSystem: ToyFileSystem(), mountpoint: path, options: options)
       do {
         try s.mount()
         s.exit()
@@ -295,17 +295,17 @@ final class FuseSessionTests: XCTestCase {
     XCTAssertEqual(mkdir(dir + "/empty", 0o755), 0)
     XCTAssertEqual(mountError(dir + "/empty", bad), .invalidOptions(["no_such_option_xyz"]))
     XCTAssertTrue(
-      "\(FuseSessionError.mountpointMissing("/x"))".contains("does not exist"))
+      "\(FuseMountError.mountpointMissing("/x"))".contains("does not exist"))
   }
 
   func testUnmountHelperRejectsNonFuse() throws {
     let dir = try makeTemporaryDirectory()
     defer { rmdir(dir) }
-    XCTAssertThrowsError(try FuseSession.unmount(path: dir)) {
-      XCTAssertEqual($0 as? FuseSessionError, .notMounted(dir))
+    XCTAssertThrowsError(try FuseMount.unmount(path: dir)) {
+      XCTAssertEqual($0 as? FuseMountError, .notMounted(dir))
     }
-    XCTAssertThrowsError(try FuseSession.unmount(path: "/proc")) {
-      XCTAssertEqual($0 as? FuseSessionError, .notFuseMount("/proc", type: "proc"))
+    XCTAssertThrowsError(try FuseMount.unmount(path: "/proc")) {
+      XCTAssertEqual($0 as? FuseMountError, .notFuseMount("/proc", type: "proc"))
     }
   }
 }

@@ -2,7 +2,7 @@ import NinePProtocol
 
 /// One node of the served tree (docs/board-facts.md §1.2), known by what it is rather than by an
 /// allocated handle, so a fid is just a node value and clunking frees nothing.
-enum Node: Hashable, Sendable {
+enum NamespaceNode: Hashable, Sendable {
   case root
   case etcDir
   case etcFile(EtcField)
@@ -66,7 +66,7 @@ enum Node: Hashable, Sendable {
   }
 
   /// The parent node (root's parent is root).
-  var parent: Node {
+  var parent: NamespaceNode {
     switch self {
     case .root, .etcDir, .roomsDir, .chatDir: return .root
     case .etcFile, .netsDir: return .etcDir

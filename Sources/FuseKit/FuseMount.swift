@@ -1,19 +1,19 @@
-// The libfuse3 low-level layer: a FuseFileSystem served on a mount point by a FuseSession.
+// The libfuse3 low-level layer: a FuseFileSystem served on a mount point by a FuseMount.
 //
-// Threads. `FuseSession.run()` blocks its caller in libfuse's multi-threaded loop
+// Threads. `FuseMount.run()` blocks its caller in libfuse's multi-threaded loop
 // (`fuse_session_loop_mt`). libfuse worker threads read requests from /dev/fuse and call the
 // FuseFileSystem methods (FuseOperations.swift is the op table), several at once. A method
 // either replies at once or keeps its FuseRequest and replies later from any thread: a 9P
 // reply callback, a timer, a data arrival. Interrupts arrive on a worker thread too and run
 // the handler registered with `FuseRequest.onInterrupt` (PendingReply does this). Signals
-// (SIGINT/SIGTERM/SIGHUP, when the session handles them) go through libfuse's handler and a
+// (SIGINT/SIGTERM/SIGHUP, when the mount handles them) go through libfuse's handler and a
 // relay thread that calls `exit()`, which any thread may call.
 //
-// Exactly once. Every request gets one reply. SessionCore records each request from the
+// Exactly once. Every request gets one reply. FuseUserdata records each request from the
 // moment libfuse hands it over until its reply; the first reply wins, later ones are dropped
 // and logged. So a parked read may race data, interrupt, timeout and shutdown safely, and the
 // winner is the one whose `PendingReply.take()` returned the request. When the loop ends, the
-// session answers everything still outstanding with EIO, then unmounts, then destroys the
+// mount answers everything still outstanding with EIO, then unmounts, then destroys the
 // libfuse session; replies after that are no-ops.
 //
 // Locks. libfuse holds a request's lock while it runs its interrupt handler, so never register
@@ -26,7 +26,7 @@ import Glibc
 import Logging
 import Synchronization
 
-/// Mount options for ``FuseSession``.
+/// Mount options for ``FuseMount``.
 public struct FuseMountOptions: Sendable {
   /// The "device" column of the mount table (`-o fsname=`).
   public var fsName: String?
@@ -52,10 +52,10 @@ public struct FuseMountOptions: Sendable {
   public var maxThreads: Int?
   /// Most idle worker threads kept around (libfuse default: 10).
   public var maxIdleThreads: Int?
-  /// Stop cleanly on SIGINT, SIGTERM and SIGHUP (for a daemon's main session; leave off for
+  /// Stop cleanly on SIGINT, SIGTERM and SIGHUP (for a daemon's main mount; leave off for
   /// library use and tests). Also clears the calling thread's signal mask.
   public var handleSignals = false
-  /// Log every FUSE operation and reply at debug level (lowers the session logger to debug).
+  /// Log every FUSE operation and reply at debug level (lowers the mount's logger to debug).
   public var trace = false
 
   /// Default options.
@@ -77,8 +77,8 @@ public struct FuseMountOptions: Sendable {
   }
 }
 
-/// Why a session could not mount, run or unmount.
-public enum FuseSessionError: Error, Equatable, CustomStringConvertible {
+/// Why a FUSE mount could not mount, run or unmount.
+public enum FuseMountError: Error, Equatable, CustomStringConvertible {
   /// `/dev/fuse` does not exist (no FUSE in this kernel or container).
   case deviceMissing
   /// `/dev/fuse` exists but cannot be opened (errno).
@@ -95,7 +95,7 @@ public enum FuseSessionError: Error, Equatable, CustomStringConvertible {
   case invalidOptions([String])
   /// `fuse_session_mount` failed (libfuse logged why).
   case mountFailed(String)
-  /// The session is not in the state the call needs (e.g. `run()` before `mount()`).
+  /// The mount is not in the state the call needs (e.g. `run()` before `mount()`).
   case wrongState(String)
   /// The loop ended with an error (errno).
   case loopFailed(errno: Int32)
@@ -133,15 +133,15 @@ public enum FuseSessionError: Error, Equatable, CustomStringConvertible {
 /// A FUSE mount served by a ``FuseFileSystem``: `mount()`, then `run()` (blocking) or
 /// `start()` (on its own thread); `exit()` from anywhere ends it, answers outstanding requests
 /// with `EIO` and unmounts.
-public final class FuseSession: Sendable {
+public final class FuseMount: Sendable {
   /// The mount point path as given.
   public let mountpoint: String
-  /// The options the session was created with.
+  /// The options the mount was created with.
   public let options: FuseMountOptions
-  /// Cache invalidation and poll wake-ups for this session.
+  /// Cache invalidation and poll wake-ups for this mount.
   public let notifier: FuseNotifier
 
-  let core: SessionCore
+  let core: FuseUserdata
   private let logger: Logger
   private let state = Mutex(State.created)
   private let stopped = DispatchSemaphore(value: 0)
@@ -157,10 +157,12 @@ public final class FuseSession: Sendable {
 
   /// `struct fuse_session *`, movable between threads (only used under `state`'s rules).
   struct LibfuseSession: @unchecked Sendable {
+    // @unchecked: only a pointer; `state` says which thread may use it (the loop while
+    // running, then the one teardown).
     let raw: OpaquePointer
   }
 
-  /// Creates a session; nothing happens until ``mount()``.
+  /// Creates a mount; nothing happens until ``mount()``.
   public init(
     fileSystem: any FuseFileSystem, mountpoint: String, options: FuseMountOptions = .init(),
     logger: Logger = Logger(label: "mount9bbs.fuse")
@@ -170,7 +172,7 @@ public final class FuseSession: Sendable {
     self.logger = logger
     self.mountpoint = mountpoint
     self.options = options
-    core = SessionCore(
+    core = FuseUserdata(
       fileSystem: fileSystem, logger: logger, trace: options.trace, maxRead: options.maxRead)
     notifier = FuseNotifier(core: core)
     LibfuseLog.install()
@@ -183,7 +185,7 @@ public final class FuseSession: Sendable {
   // MARK: Mount
 
   /// Checks `/dev/fuse` and the mount point, creates the libfuse session and mounts it.
-  public func mount() throws(FuseSessionError) {
+  public func mount() throws(FuseMountError) {
     guard case .created = state.withLock({ $0 }) else {
       throw .wrongState("mount() called twice")
     }
@@ -198,7 +200,7 @@ public final class FuseSession: Sendable {
     defer { cStrings.forEach { free($0) } }
     argv.removeAll()
     var cArgv = cStrings
-    var ops = SessionCore.operations()
+    var ops = FuseUserdata.operations()
     let created = cArgv.withUnsafeMutableBufferPointer { buf -> OpaquePointer? in
       var args = fuse_args(argc: Int32(buf.count), argv: buf.baseAddress, allocated: 0)
       defer { fuse_opt_free_args(&args) }
@@ -229,8 +231,8 @@ public final class FuseSession: Sendable {
 
   /// Serves requests until the file system is unmounted or ``exit()`` is called, then answers
   /// every outstanding request with `EIO`, unmounts and destroys the libfuse session.
-  public func run() throws(FuseSessionError) {
-    let se = try state.withLock { s throws(FuseSessionError) -> LibfuseSession in
+  public func run() throws(FuseMountError) {
+    let se = try state.withLock { s throws(FuseMountError) -> LibfuseSession in
       guard case .mounted(let se) = s else { throw .wrongState("run() needs a mounted session") }
       s = .running(se)
       return se
@@ -248,7 +250,7 @@ public final class FuseSession: Sendable {
 
   /// Mounts if needed and runs the loop on a new thread. Errors of the loop itself are
   /// logged; ``waitUntilStopped(timeout:)`` waits for the end.
-  public func start() throws(FuseSessionError) {
+  public func start() throws(FuseMountError) {
     if case .created = state.withLock({ $0 }) { try mount() }
     let thread = Thread { [self] in
       do { try run() } catch { logger.error("\(error)") }
@@ -257,7 +259,7 @@ public final class FuseSession: Sendable {
     thread.start()
   }
 
-  /// Ends the session from any thread (idempotent): the loop stops, outstanding requests get
+  /// Ends the mount from any thread (idempotent): the loop stops, outstanding requests get
   /// `EIO`, the mount goes away. Returns at once; see ``waitUntilStopped(timeout:)``.
   public func exit() {
     core.exiting.store(true, ordering: .relaxed)
@@ -291,7 +293,7 @@ public final class FuseSession: Sendable {
     }
   }
 
-  /// Waits until the session has ended (unmounted and destroyed). False on timeout.
+  /// Waits until the mount has ended (unmounted and destroyed). False on timeout.
   @discardableResult
   public func waitUntilStopped(timeout: Duration) -> Bool {
     let (s, a) = timeout.components
@@ -300,7 +302,7 @@ public final class FuseSession: Sendable {
     return ok
   }
 
-  /// Whether the session has ended.
+  /// Whether the mount has ended.
   public var isStopped: Bool {
     if case .stopped = state.withLock({ $0 }) { return true }
     return false
@@ -332,7 +334,7 @@ public final class FuseSession: Sendable {
 
   // MARK: Checks
 
-  public static func checkDevice() throws(FuseSessionError) {
+  public static func checkDevice() throws(FuseMountError) {
     var st = stat()
     guard stat("/dev/fuse", &st) == 0 else {
       throw errno == ENOENT ? .deviceMissing : .deviceUnavailable(errno: errno)
@@ -342,7 +344,7 @@ public final class FuseSession: Sendable {
     close(fd)
   }
 
-  public static func checkMountpoint(_ path: String, allowNonEmpty: Bool) throws(FuseSessionError) {
+  public static func checkMountpoint(_ path: String, allowNonEmpty: Bool) throws(FuseMountError) {
     var st = stat()
     guard stat(path, &st) == 0 else {
       let e = errno

@@ -6,7 +6,7 @@ import NinePTransport
 /// The daemon's control socket: `mount9bbs status` connects, sends `status`, reads one JSON
 /// document, and the connection closes. A Unix socket (0600) next to the pid record, so only
 /// the mount's owner (and root) can ask.
-final class ControlSocket: @unchecked Sendable {
+final class ControlSocket: Sendable {
   let path: String
   private let listener: Listener
   private let report: @Sendable () -> StatusReport

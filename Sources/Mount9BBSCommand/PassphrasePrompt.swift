@@ -113,7 +113,9 @@ enum PassphrasePrompt {
 }
 
 /// The terminal's modes before the passphrase prompt, for the signal handler to put back.
+// Written by ask() before it installs the handler that reads it, on the one prompting thread.
 nonisolated(unsafe) private var savedModes = termios()
+// Written with savedModes, and reset to -1 only after the handler is uninstalled.
 nonisolated(unsafe) private var savedTerminal: Int32 = -1
 
 private func restoreAndExit(_ signal: Int32) {

@@ -12,6 +12,7 @@ import Dispatch
 import Foundation
 import Logging
 import NinePTransport
+import Synchronization
 
 struct ScanCommand: ParsableCommand {
   static let configuration = CommandConfiguration(
@@ -64,7 +65,7 @@ struct ScanCommand: ParsableCommand {
     let duration = Duration.milliseconds(Int64(seconds * 1000))
     let report = ScanReport(json: json, features: feature.map { $0.lowercased() })
     let cache = DiscoveryCache()
-    let progress = Progress(seconds: seconds)
+    let progress = ScanProgress(seconds: seconds)
 
     let outcome: Result<Int, DiscoveryError>
     if lan {
@@ -372,26 +373,31 @@ final class ScanReport {
 }
 
 /// A ticking "N s left" line on stderr while scanning, when stderr is a terminal.
-final class Progress: @unchecked Sendable {
+final class ScanProgress: @unchecked Sendable {
+  // @unchecked: `timer` is set and cancelled only by start() and stop() on the scanning
+  // thread; what the timer's ticks read and write is in `line`.
   private let seconds: Double
-  private let lock = NSLock()
   private var timer: (any DispatchSourceTimer)?
-  private var started = Date()
-  private var visible = false
-  private var count = 0
+  private struct Line {
+    var started = Date()
+    var visible = false
+    var count = 0
+  }
+
+  private let line = Mutex(Line())
 
   init(seconds: Double) {
     self.seconds = seconds
   }
 
   var found: Int {
-    get { lock.withLock { count } }
-    set { lock.withLock { count = newValue } }
+    get { line.withLock { $0.count } }
+    set { line.withLock { $0.count = newValue } }
   }
 
   func start() {
     guard isatty(2) != 0 else { return }
-    started = Date()
+    line.withLock { $0.started = Date() }
     let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "mount9bbs.progress"))
     timer.schedule(deadline: .now() + 1, repeating: 1)
     timer.setEventHandler { [weak self] in self?.tick() }
@@ -400,18 +406,18 @@ final class Progress: @unchecked Sendable {
   }
 
   private func tick() {
-    lock.withLock {
-      let left = max(0, Int((seconds - Date().timeIntervalSince(started)).rounded()))
-      Console.errorRaw("\r\u{1B}[K  scanning… \(left) s left, \(count) found")
-      visible = true
+    line.withLock { line in
+      let left = max(0, Int((seconds - Date().timeIntervalSince(line.started)).rounded()))
+      Console.errorRaw("\r\u{1B}[K  scanning… \(left) s left, \(line.count) found")
+      line.visible = true
     }
   }
 
   /// Clears the ticking line before a result is written.
   func clear() {
-    lock.withLock {
-      if visible { Console.errorRaw("\r\u{1B}[K") }
-      visible = false
+    line.withLock { line in
+      if line.visible { Console.errorRaw("\r\u{1B}[K") }
+      line.visible = false
     }
   }
 

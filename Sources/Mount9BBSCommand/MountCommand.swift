@@ -32,6 +32,7 @@ import NinePTransport
 enum Mount9BBSMain {
   /// The arguments as parsed (after translating a mount helper's call): what the detached
   /// daemon is started with.
+  // Written once by main() before the command runs; only read after that.
   nonisolated(unsafe) static var arguments: [String] = []
 
   static func main() {
@@ -329,16 +330,16 @@ enum Unmounter {
       Diagnostics.fail("mount9bbs: \(error); unmounting without asking its daemon")
       record = nil
     }
-    if let pid = record?.livePID, FuseSession.isFuseMount(path: path) {
+    if let pid = record?.livePID, FuseMount.isFuseMount(path: path) {
       kill(pid, SIGTERM)
       let deadline = Date(timeIntervalSinceNow: 5)
-      while FuseSession.isFuseMount(path: path) && Date() < deadline {
+      while FuseMount.isFuseMount(path: path) && Date() < deadline {
         usleep(10_000)
       }
-      if !FuseSession.isFuseMount(path: path) { return }
+      if !FuseMount.isFuseMount(path: path) { return }
     }
     do {
-      try FuseSession.unmount(path: path)
+      try FuseMount.unmount(path: path)
       record?.remove()
     } catch {
       Diagnostics.fail("mount9bbs: \(error)")

@@ -1,6 +1,6 @@
-// Tree: what the mounted tree holds, as far as the kernel can see.
+// MountTree: what the mounted tree holds, as far as the kernel can see.
 //
-// Threads. BBSFileSystem's operations (libfuse worker threads) ask ``Tree`` for nodes;
+// Threads. BBSFileSystem's operations (libfuse worker threads) ask ``MountTree`` for nodes;
 // ``InodeTable`` numbers them by path, ``ListingCache`` answers from the parent's listing
 // (fetched once for many callers; its completions run on the session's reader thread) and
 // ``Remote`` walks when a parent cannot be listed. ``NodeKind`` says by path what a node is
@@ -20,7 +20,7 @@ import Synchronization
 #endif
 
 /// The nodes of the mount: looked up in listings, numbered by path, described to the kernel.
-final class Tree: Sendable {
+final class MountTree: Sendable {
   let inodes: InodeTable
   let listings: ListingCache
   let attributes: NodeAttributes
@@ -281,14 +281,13 @@ final class Tree: Sendable {
 }
 
 /// Passes on the first result it is given and drops the rest (a reply racing a deadline).
-final class FirstAnswer<Value: Sendable>: @unchecked Sendable {
-  private let lock = NSLock()
-  private var body: (@Sendable (Value) -> Void)?
+final class FirstAnswer<Value: Sendable>: Sendable {
+  private let body: Mutex<(@Sendable (Value) -> Void)?>
 
-  init(_ body: @escaping @Sendable (Value) -> Void) { self.body = body }
+  init(_ body: @escaping @Sendable (Value) -> Void) { self.body = Mutex(body) }
 
   func callAsFunction(_ value: Value) {
-    let taken = lock.withLock { () -> (@Sendable (Value) -> Void)? in
+    let taken = body.withLock { body -> (@Sendable (Value) -> Void)? in
       defer { body = nil }
       return body
     }

@@ -6,15 +6,15 @@ import NinePProtocol
 import NinePTransport
 import Synchronization
 
-/// One 9P session (one connection): version, fids, parked reads.
+/// Serves the 9P session of one connection: version, fids, parked reads.
 ///
 /// ``process(_:)`` handles one request frame and returns the frames to send now, in order.
 /// Replies to parked reads are sent later through `send`, from the thread that ran the wake.
 /// All state sits behind one lock held for a whole request, so a wake-up (or a Tflush) sees a
 /// parked read either fully registered or not at all.
-final class ServerSession: Sendable {
+final class ConnectionHandler: Sendable {
   private struct FidState {
-    var node: Node
+    var node: NamespaceNode
     var user: BoardUser
     var openMode: OpenMode?
     var fd: Int32?
@@ -46,7 +46,7 @@ final class ServerSession: Sendable {
   }
 
   let id: Int
-  private let tree: Tree
+  private let namespace: Namespace
   private let configuration: BBSServerConfiguration
   private let logger: Logger
   private let send: @Sendable ([[UInt8]]) -> Void
@@ -67,14 +67,14 @@ final class ServerSession: Sendable {
   ///   - limiter: the server's posting allowance, shared by every session.
   ///   - address: the client's TCP host; nil for a local client.
   init(
-    id: Int, tree: Tree, configuration: BBSServerConfiguration, logger: Logger,
+    id: Int, namespace: Namespace, configuration: BBSServerConfiguration, logger: Logger,
     wakeQueue: DispatchQueue, limiter: PostingLimiter, address: String?,
     send: @escaping @Sendable ([[UInt8]]) -> Void
   ) {
     self.id = id
     self.limiter = limiter
     self.address = address
-    self.tree = tree
+    self.namespace = namespace
     self.configuration = configuration
     self.logger = logger
     self.wakeQueue = wakeQueue
@@ -112,12 +112,12 @@ final class ServerSession: Sendable {
   }
 
   private func reset(_ state: inout State) {
-    for parked in state.parked.values { tree.board.chat.removeWaiter(parked.waiter) }
+    for parked in state.parked.values { namespace.board.chat.removeWaiter(parked.waiter) }
     state.parked.removeAll()
     for fid in state.fids.values { if let fd = fid.fd { Glibc.close(fd) } }
     state.fids.removeAll()
     state.auth.removeAll()
-    for user in state.present { tree.board.chat.leave(user) }
+    for user in state.present { namespace.board.chat.leave(user) }
     state.present.removeAll()
   }
 
@@ -158,7 +158,7 @@ final class ServerSession: Sendable {
       // A new request reusing a parked read's tag answers the parked read first.
       if case .tflush = message {
       } else if let parked = state.parked.removeValue(forKey: tag) {
-        tree.board.chat.removeWaiter(parked.waiter)
+        namespace.board.chat.removeWaiter(parked.waiter)
         out.append(Message.rread(data: []).encoded(tag: tag))
       }
       if let maxTags = configuration.maxTags, state.parked.count + 1 > maxTags {
@@ -292,17 +292,17 @@ final class ServerSession: Sendable {
     case .tattach(let fid, let afid, let uname, let aname):
       let user = try attachingUser(afid: afid, uname: uname, state: state)
       try checkNewFid(fid, state)
-      var node = Node.root
+      var node = NamespaceNode.root
       for name in aname.split(separator: "/") where !name.isEmpty {
-        guard let next = tree.walk(from: node, name: String(name)) else {
+        guard let next = namespace.walk(from: node, name: String(name)) else {
           throw NinePFailure("aname not found")
         }
         node = next
       }
-      tree.board.etc.register(user: user.id)
+      namespace.board.etc.register(user: user.id)
       // Counted once per user a session attaches as, and for a bounded number of them.
       if !state.present.contains(user) && state.present.count < 64 {
-        tree.board.chat.arrive(user)
+        namespace.board.chat.arrive(user)
         state.present.append(user)
       }
       state.fids[fid] = FidState(node: node, user: user)
@@ -311,11 +311,11 @@ final class ServerSession: Sendable {
       logger.debug(
         "session \(id): attach fid \(fid) uname '\(LogText.escaped(uname))' as \(LogText.escaped(user.description)) aname '\(LogText.escaped(aname))'"
       )
-      return .rattach(qid: tree.walkQid(node))
+      return .rattach(qid: namespace.walkQid(node))
 
     case .tflush(let oldtag):
       if let parked = state.parked.removeValue(forKey: oldtag) {
-        tree.board.chat.removeWaiter(parked.waiter)
+        namespace.board.chat.removeWaiter(parked.waiter)
         before.append(Message.rread(data: []).encoded(tag: oldtag))
       }
       return .rflush
@@ -334,9 +334,9 @@ final class ServerSession: Sendable {
       var node = source.node
       var qids: [Qid] = []
       for name in names {
-        guard let next = tree.walk(from: node, name: name) else { break }
+        guard let next = namespace.walk(from: node, name: name) else { break }
         node = next
-        qids.append(tree.walkQid(node))
+        qids.append(namespace.walkQid(node))
       }
       if qids.count < names.count {
         // Gen-1 has no partial Rwalk.
@@ -349,7 +349,7 @@ final class ServerSession: Sendable {
     case .topen(let fid, let mode):
       guard var entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
       guard entry.openMode == nil else { throw NinePFailure("fid already open") }
-      if case .files(let path) = entry.node, let files = tree.files {
+      if case .files(let path) = entry.node, let files = namespace.files {
         if !(try files.info(path)).isDirectory {
           try checkOpenFiles(state)
           entry.fd = try files.open(path, mode: mode)
@@ -359,7 +359,7 @@ final class ServerSession: Sendable {
       }
       entry.openMode = mode
       state.fids[fid] = entry
-      return .ropen(qid: tree.walkQid(entry.node), iounit: gen1 ? 0 : iounit(state))
+      return .ropen(qid: namespace.walkQid(entry.node), iounit: gen1 ? 0 : iounit(state))
 
     case .tcreate(let fid, let name, let perm, let mode):
       guard var entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
@@ -371,14 +371,14 @@ final class ServerSession: Sendable {
         try limiter.spend(poster: poster, posts: 1, bytes: 0)
       default: break
       }
-      let created = try tree.create(
+      let created = try namespace.create(
         in: entry.node, name: name, perm: perm, mode: mode, user: entry.user)
       entry.node = created.node
       entry.fd = created.fd
       entry.openMode = mode
       state.fids[fid] = entry
       logger.debug("session \(id): created \(LogText.escaped(created.node.path))")
-      return .rcreate(qid: tree.walkQid(created.node), iounit: device ? 0 : iounit(state))
+      return .rcreate(qid: namespace.walkQid(created.node), iounit: device ? 0 : iounit(state))
 
     case .tread(let fid, let offset, let count) where state.auth.isAuthFid(fid):
       return .rread(
@@ -398,7 +398,7 @@ final class ServerSession: Sendable {
           before: &before)
       }
       return .rread(
-        data: try tree.read(
+        data: try namespace.read(
           entry.node, offset: offset, count: limit, user: entry.user, fd: entry.fd)[...])
 
     case .twrite(let fid, _, let data) where state.auth.isAuthFid(fid):
@@ -413,7 +413,7 @@ final class ServerSession: Sendable {
       guard let mode = entry.openMode else { throw NinePFailure("fid not open") }
       guard mode.allowsWriting else { throw NinePFailure("fid not open for writing") }
       // Any Twrite, even one that fails, makes its uname the Gen-1 board's user.
-      if gen1 { tree.noteWriter(entry.user.id) }
+      if gen1 { namespace.noteWriter(entry.user.id) }
       switch (entry.node, poster(entry.user)) {
       case (.chatPost, let poster?):
         let lines = data.reduce(0) { $1 == 0x0A ? $0 + 1 : $0 }
@@ -422,7 +422,7 @@ final class ServerSession: Sendable {
         try limiter.spend(poster: poster, posts: 0, bytes: data.count)
       default: break
       }
-      let count = try tree.write(
+      let count = try namespace.write(
         entry.node, offset: offset, data: data, user: entry.user, fd: entry.fd)
       return .rwrite(count: UInt32(clamping: count))
 
@@ -435,7 +435,7 @@ final class ServerSession: Sendable {
     case .tremove(let fid):
       guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
       do {
-        try tree.remove(entry.node)
+        try namespace.remove(entry.node)
       } catch {
         // A device keeps the fid after a failed remove; remove(5) says it is clunked.
         if !device { clunk(fid, state: &state, before: &before) }
@@ -446,14 +446,14 @@ final class ServerSession: Sendable {
 
     case .tstat(let fid):
       guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
-      if case .files(let path) = entry.node { _ = try tree.files?.info(path) }
-      return .rstat(stat: tree.stat(entry.node, user: entry.user))
+      if case .files(let path) = entry.node { _ = try namespace.files?.info(path) }
+      return .rstat(stat: namespace.stat(entry.node, user: entry.user))
 
     case .twstat(let fid, let stat):
       guard let entry = state.fids[fid] else { throw NinePFailure("unknown fid") }
       // A board has no Twstat, even for a wstat that changes nothing (docs/board-facts.md §10).
       guard !device else { throw NinePFailure("wstat not supported") }
-      state.fids[fid]?.node = try tree.wstat(entry.node, stat)
+      state.fids[fid]?.node = try namespace.wstat(entry.node, stat)
       return .rwstat
 
     default:
@@ -521,7 +521,7 @@ final class ServerSession: Sendable {
   /// Answers every read parked on `fid` with Rread(0).
   private func answerParked(onFid fid: Fid, state: inout State, before: inout [[UInt8]]) {
     for (tag, parked) in state.parked where parked.fid == fid {
-      tree.board.chat.removeWaiter(parked.waiter)
+      namespace.board.chat.removeWaiter(parked.waiter)
       state.parked[tag] = nil
       before.append(Message.rread(data: []).encoded(tag: tag))
     }
@@ -534,8 +534,8 @@ final class ServerSession: Sendable {
   private func readGen1Chat(room: String, count: Int) throws(NinePFailure) -> Message {
     do {
       return .rread(
-        data: try tree.board.chat.read(
-          room: room, user: BoardUser(tree.authenticatedUser), count: count)[...])
+        data: try namespace.board.chat.read(
+          room: room, user: BoardUser(namespace.authenticatedUser), count: count)[...])
     } catch {
       throw NinePFailure(error, operation: "read")
     }
@@ -558,7 +558,8 @@ final class ServerSession: Sendable {
     }
     let outcome: ChatReadOutcome
     do {
-      outcome = try tree.board.chat.readOrPark(room: room, user: user, count: count, wake: wake)
+      outcome = try namespace.board.chat.readOrPark(
+        room: room, user: user, count: count, wake: wake)
     } catch {
       throw NinePFailure(error, operation: "read")
     }
@@ -593,7 +594,7 @@ final class ServerSession: Sendable {
       let next = state.generation + 1
       let reply: Message
       do throws(BoardError) {
-        let outcome = try tree.board.chat.readOrPark(
+        let outcome = try namespace.board.chat.readOrPark(
           room: parked.room, user: parked.user, count: parked.count,
           wake: makeWake(tag: tag, generation: next))
         switch outcome {

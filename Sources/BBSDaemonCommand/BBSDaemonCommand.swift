@@ -456,7 +456,7 @@ struct BBSDaemonCommand: ParsableCommand {
     _ name: String, listeners bound: [String], boardKey: BoardKey?, server: BBSServer,
     logger: Logger
   ) throws -> LANAdvertiser {
-    let listeners = bound.compactMap { dial -> LANAdvertiser.Listener? in
+    let endpoints = bound.compactMap { dial -> LANAdvertiser.Endpoint? in
       guard case .tcp(let host, let port)? = try? TransportAddress(parsing: dial) else {
         return nil
       }
@@ -466,9 +466,9 @@ struct BBSDaemonCommand: ParsableCommand {
           "9bbsd: \(dial) accepts local connections only, so it is advertised on the loopback interface only; use --listen tcp!0.0.0.0!\(port) to serve the LAN"
         )
       }
-      return LANAdvertiser.Listener(port: port, loopbackOnly: loopback)
+      return LANAdvertiser.Endpoint(port: port, loopbackOnly: loopback)
     }
-    guard !listeners.isEmpty else {
+    guard !endpoints.isEmpty else {
       logger.critical(
         "9bbsd: --advertise publishes TCP listeners and there is none; add e.g. --listen tcp!0.0.0.0!5640"
       )
@@ -478,7 +478,7 @@ struct BBSDaemonCommand: ParsableCommand {
     var features = ["chat", "messaging"]
     if files != nil { features.append("file-sharing") }
     let advertiser = LANAdvertiser(
-      name: name, listeners: listeners,
+      name: name, endpoints: endpoints,
       txt: [
         ("version", "9P2000"), ("features", features.joined(separator: ",")),
         ("board", boardName ?? name),
