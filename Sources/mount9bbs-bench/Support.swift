@@ -5,43 +5,6 @@ import NinePClient
 import NinePProtocol
 import NinePTransport
 
-/// One line of the results.
-struct Row: Codable, Sendable {
-  var section: String
-  var metric: String
-  var value: Double?
-  var unit: String
-  var detail: String
-  /// The counts and percentiles behind a delivery row (section 7), for --json.
-  var delivery: Delivery?
-
-  init(_ section: String, _ metric: String, _ value: Double?, _ unit: String, _ detail: String = "")
-  {
-    self.section = section
-    self.metric = metric
-    self.value = value.flatMap { $0.isFinite ? $0 : nil }
-    self.unit = unit
-    self.detail = detail
-  }
-}
-
-/// Lines delivered to readers' output and how long they took, ms.
-struct Delivery: Codable, Sendable {
-  var delivered: Int
-  var expected: Int
-  var p50: Double?
-  var p99: Double?
-  var max: Double?
-
-  init(latencies: [Double], expected: Int) {
-    delivered = latencies.count
-    self.expected = expected
-    p50 = Stats.percentile(latencies, 50)
-    p99 = Stats.percentile(latencies, 99)
-    max = latencies.max()
-  }
-}
-
 enum Stats {
   static func median(_ values: [Double]) -> Double? {
     guard !values.isEmpty else { return nil }
