@@ -136,7 +136,7 @@ struct ChatClientSection: BenchSection {
   }
 
   private static func randomToken() -> String {
-    String((0..<12).map { _ in "abcdefghijkmnopqrstuvwxyz".randomElement()! })
+    String((0..<12).map { _ in "abcdefghijkmnopqrstuvwxyz".randomElement() ?? "a" })
   }
 }
 

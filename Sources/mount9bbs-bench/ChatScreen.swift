@@ -3,6 +3,9 @@ import Glibc
 
 /// A program on a pseudo-terminal (its standard input and output), everything it draws kept
 /// with the time each read of it arrived.
+///
+/// `@unchecked Sendable`: what the reading thread and the waiters share (`seen`, `arrivals`,
+/// `finished`) is touched only under `condition`, which waiters need.
 final class ChatScreen: @unchecked Sendable {
   let pid: pid_t
   private let master: Int32

@@ -204,6 +204,9 @@ private struct CatchUpOutcome {
 
 /// Reads a room file as a `cat` would, from its end at start, and records when each line
 /// arrives.
+///
+/// `@unchecked Sendable`: what the reading thread and the waiters share (`lines`,
+/// `stopping`, `finished`) is touched only under `condition`, which waiters need.
 final class LineWatcher: @unchecked Sendable {
   private let fd: Int32
   private let condition = NSCondition()
