@@ -256,11 +256,21 @@ private final class Connection: @unchecked Sendable {
   }
 }
 
-extension XCTestCase {
-  /// A ``HostileServer`` and a real `mount9bbs -f` of it with `timeout=`, both torn down with
-  /// the test (stalled requests answered first, so the mount goes promptly); the mount's log
-  /// is printed when the test failed.
-  func mountHostileServer(timeout: Int) throws -> (HostileServer, MountProcess) {
+/// A test case with a ``HostileServer`` and a real `mount9bbs -f` of it with
+/// `timeout=requestTimeout`, started for each test and torn down with it (stalled requests
+/// answered first, so the mount goes promptly); the mount's log is printed when the test failed.
+class HostileServerTestCase: XCTestCase {
+  var server: HostileServer!
+  var mount: MountProcess!
+
+  /// The mount's `timeout=`, in seconds.
+  class var requestTimeout: Int { 60 }
+
+  /// Absolute path of `relative` inside the mount.
+  func path(_ relative: String) -> String { mount.mountpoint + "/" + relative }
+
+  override func setUpWithError() throws {
+    let timeout = Self.requestTimeout
     let server = try HostileServer()
     addTeardownBlock { server.stop() }
     let directory = try makeTemporaryDirectory("mount9bbs-hostile")
@@ -280,6 +290,7 @@ extension XCTestCase {
       guard let run = self?.testRun, run.totalFailureCount > 0 else { return }
       print("--- mount9bbs log:\n\(mount.child.text)---")
     }
-    return (server, mount)
+    self.server = server
+    self.mount = mount
   }
 }
