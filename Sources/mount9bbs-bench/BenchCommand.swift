@@ -9,9 +9,10 @@
 // people see it, on the output of tail -f and cat (pty or pipe), on each of those set-ups;
 // chat scripts and catch-up after a remount; and `mount9bbs chat` on a pseudo-terminal.
 //
-// Everything runs in the calling thread, one section after the other; helpers start threads
-// for readers and pipelined reads. Children are spawned by `Supervisor`, which unmounts and
-// kills whatever is left on every way out (normal end, error, SIGINT/SIGTERM).
+// Everything runs in the calling thread, one section after the other (`BenchSections`), each
+// on set-ups of the `BenchRig`, its rows gathered in the rig's `BenchReport`; helpers start
+// threads for readers and pipelined reads. Children are spawned by `Supervisor`, which unmounts
+// and kills whatever is left on every way out (normal end, error, SIGINT/SIGTERM).
 
 import ArgumentParser
 import Dispatch
@@ -26,15 +27,12 @@ struct BenchCommand: ParsableCommand {
     abstract: "Benchmark mount9bbs against bare FUSE, the raw client and an emulated BLE link.",
     discussion: """
       Run as root from a release build: swift build -c release && \
-      swift run -c release mount9bbs-bench. Sections: cat, client, meta, chat, daemon, ble, people, scripts, chatclient.
+      swift run -c release mount9bbs-bench. Sections: \(BenchSections.all.map { $0.name }.joined(separator: ", ")).
       """,
     version: ProductVersion.current)
 
-  @Option(
-    help:
-      "Comma-separated sections: cat,client,meta,chat,daemon,ble,people,scripts,chatclient (default: all)."
-  )
-  var sections = "cat,client,meta,chat,daemon,ble,people,scripts,chatclient"
+  @Option(help: "Comma-separated sections: \(BenchSections.names) (default: all).")
+  var sections = BenchSections.names
 
   @Option(help: "Runs per throughput measurement (medians are reported).")
   var runs = 5
@@ -110,7 +108,7 @@ struct BenchCommand: ParsableCommand {
       settings.bleKiB = min(bleKib, 64)
       settings.bleRuns = 1
     }
-    let bench = try Bench(settings: settings)
+    let rig = try BenchRig(settings: settings)
 
     let signals = DispatchQueue(label: "bench.signals")
     var sources: [any DispatchSourceSignal] = []
@@ -119,7 +117,7 @@ struct BenchCommand: ParsableCommand {
       let source = DispatchSource.makeSignalSource(signal: number, queue: signals)
       source.setEventHandler {
         log("interrupted: cleaning up")
-        bench.cleanUp()
+        rig.cleanUp()
         Glibc.exit(130)
       }
       source.resume()
@@ -128,29 +126,17 @@ struct BenchCommand: ParsableCommand {
     defer { withExtendedLifetime(sources) {} }
 
     do {
-      try bench.runAll()
+      try BenchSections.run(settings.sections, on: rig)
     } catch {
-      bench.cleanUp()
+      rig.cleanUp()
       throw error
     }
-    bench.cleanUp()
-    if json {
-      let encoder = JSONEncoder()
-      encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-      let report = Report(settings: bench.settingsDescription, rows: bench.rows)
-      print(String(decoding: try encoder.encode(report), as: UTF8.self))
-    } else {
-      print(bench.table())
-    }
+    rig.cleanUp()
+    print(json ? try rig.report.json(settings: rig.settingsDescription) : rig.report.table())
   }
 }
 
-struct Report: Codable {
-  var settings: [String: String]
-  var rows: [Row]
-}
-
-struct BenchSettings {
+struct BenchSettings: Sendable {
   var sections: Set<String>
   var runs: Int
   var sizeMiB: Int

@@ -5,62 +5,61 @@ import NinePClient
 import NinePProtocol
 import NinePTransport
 
-// MARK: - 9. the chat client
+// Section 9: the chat client.
 
-extension Bench {
-  /// `mount9bbs chat` on a pseudo-terminal, as a person runs it (the logic of
-  /// `scripts/chat-latency`): a line posted by another 9P client until its text is on the
-  /// chat's terminal, on loopback and over the emulated BLE link; a key typed until it is
-  /// drawn back; the chat's CPU while nothing happens.
-  func chatClientSection() throws {
+/// `mount9bbs chat` on a pseudo-terminal, as a person runs it (the logic of
+/// `scripts/chat-latency`): a line posted by another 9P client until its text is on the chat's
+/// terminal, on loopback and over the emulated BLE link; a key typed until it is drawn back;
+/// the chat's CPU while nothing happens.
+struct ChatClientSection: BenchSection {
+  static let name = "chatclient"
+  static let usesLoopbackServer = true
+  let rig: BenchRig
+
+  func run() throws {
     let section = "9 the chat client"
+    let report = rig.report
+    let settings = rig.settings
     do {
-      let fs = try mountServer("mnt-chatclient", address: "tcp!127.0.0.1!\(serverPort)")
-      defer { unmount(fs) }
-      let poster = try DirectClient(address: serverAddress, profile: .multiplex, uname: "elsewhere")
+      let fs = try rig.mount("mnt-chatclient", address: rig.loopbackMountAddress)
+      defer { rig.unmount(fs) }
+      let poster = try DirectClient(
+        address: rig.loopbackAddress, profile: .multiplex, uname: "elsewhere")
       defer { poster.close() }
       let fid = try poster.openFile("/chat/post", mode: .write)
       let screen = try startChat(fs.mountpoint, room: "r03", label: "loopback")
       defer { screen.quit() }
       let delivery = try deliveries(to: screen, room: "r03", poster: poster, fid: fid)
-      add(contentsOf: delivery.rows(section, "loopback", target: "target p50 ≤ 10 ms"))
+      report.add(contentsOf: delivery.rows(section, "loopback", target: "target p50 ≤ 10 ms"))
       let echo = try echoes(on: screen)
       let detail = String(
         format: "p95 %.2f ms, max %.2f ms; %d keys",
         Stats.percentile(echo, 95) ?? .nan, echo.max() ?? .nan, echo.count)
-      add(Row(section, "chat: typing echo p50", Stats.percentile(echo, 50), "ms", detail))
+      report.add(Row(section, "chat: typing echo p50", Stats.percentile(echo, 50), "ms", detail))
       let seconds = max(3, settings.window * 2)
-      add(
+      report.add(
         Row(
           section, "chat: CPU while idle", screen.idleCPU(seconds: seconds), "%",
           "the chat process over \(seconds) s, nothing arriving or typed; target 0 %"))
     }
     do {
-      let sdu = settings.bleSDU
-      let (pid, socket) = try startDeviceServer(
-        "chatclient-board", rooms: ["r0"], sdu: sdu, seeded: true)
-      defer { Supervisor.shared.stop(pid) }
-      let board = TransportAddress.seqpacket(path: socket, sduLimit: sdu)
-      let profile = LinkProfile(
-        roundTrip: .microseconds(Int64(settings.bleRTTms * 1000)),
-        bytesPerSecond: settings.bleRate, sduSize: sdu)
-      let link = try LinkEmulator(
-        listen: .seqpacket(path: work + "/chatclient-ble.sock", sduLimit: sdu),
-        server: board, profile: profile)
-      link.start()
+      let board = try rig.startBoard(
+        "chatclient-board", rooms: ["r0"], sdu: settings.bleSDU, seeded: true)
+      defer { board.stop() }
+      let profile = rig.bleProfile(sdu: board.sdu)
+      let link = try rig.startLink("chatclient-ble", to: board, profile: profile)
       defer { link.close() }
-      let fs = try mountServer(
-        "mnt-chatclient-ble", address: "seqpacket!\(work)/chatclient-ble.sock!\(sdu)")
-      defer { unmount(fs) }
+      let fs = try rig.mount("mnt-chatclient-ble", address: link.mountAddress)
+      defer { rig.unmount(fs) }
       // The poster talks to the board directly: only the chat's mount is behind the link.
-      let poster = try DirectClient(address: board, profile: .device, uname: "elsewhere")
+      let poster = try DirectClient(address: board.address, profile: .device, uname: "elsewhere")
       defer { poster.close() }
       let fid = try poster.openFile("/chat/post", mode: .write)
       let screen = try startChat(fs.mountpoint, room: "r0", label: "BLE")
       defer { screen.quit() }
       let delivery = try deliveries(to: screen, room: "r0", poster: poster, fid: fid)
       let target = settings.bleRTTms / 2 + 20
-      add(
+      report.add(
         contentsOf: delivery.rows(
           section, "BLE",
           target: String(
@@ -69,16 +68,12 @@ extension Bench {
     }
   }
 
-  private func add(contentsOf rows: [Row]) {
-    for row in rows { add(row) }
-  }
-
   /// `mount9bbs chat MOUNTPOINT ROOM` on a 100x30 pseudo-terminal, once its status line shows.
   private func startChat(_ mountpoint: String, room: String, label: String) throws -> ChatScreen {
     let screen = try ChatScreen(
       "/usr/bin/env",
-      ["-u", "NO_COLOR", "TERM=xterm-256color", mount9bbs, "chat", mountpoint, room],
-      log: work + "/chatclient-\(label.lowercased()).log")
+      ["-u", "NO_COLOR", "TERM=xterm-256color", rig.mount9bbs, "chat", mountpoint, room],
+      log: rig.work + "/chatclient-\(label.lowercased()).log")
     guard screen.waitFor(Array("[1:\(room)]".utf8), after: 0, seconds: 15) != nil else {
       screen.quit()
       throw BenchError("chat (\(label)): no status line within 15 s")
@@ -100,8 +95,8 @@ extension Bench {
       warm = screen.waitFor(Array(token.utf8), after: offset, seconds: 2) != nil
     }
     guard warm else { throw BenchError("chat in \(room): no warm-up line shown within 10 s") }
-    var outcome = ChatDeliveries(expected: settings.posts)
-    for _ in 1...settings.posts {
+    var outcome = ChatDeliveries(expected: rig.settings.posts)
+    for _ in 1...rig.settings.posts {
       usleep(UInt32.random(in: 100_000...300_000))
       // Random letters: ncurses redraws only what differs from the row before, so a shared
       // prefix could be left out of the bytes; a random token is written whole.
@@ -141,7 +136,7 @@ extension Bench {
   }
 
   private static func randomToken() -> String {
-    String((0..<12).map { _ in "abcdefghijkmnopqrstuvwxyz".randomElement()! })
+    String((0..<12).map { _ in "abcdefghijkmnopqrstuvwxyz".randomElement() ?? "a" })
   }
 }
 
@@ -163,121 +158,5 @@ private struct ChatDeliveries {
         section, "chat: line posted elsewhere → on screen p95, \(label)",
         Stats.percentile(latencies, 95), "ms", detail),
     ]
-  }
-}
-
-/// A program on a pseudo-terminal (its standard input and output), everything it draws kept
-/// with the time each read of it arrived.
-final class ChatScreen: @unchecked Sendable {
-  let pid: pid_t
-  private let master: Int32
-  private let condition = NSCondition()
-  private var seen: [UInt8] = []
-  /// (when, length of `seen` after that read).
-  private var arrivals: [(at: Int64, end: Int)] = []
-  private var finished = false
-
-  init(_ path: String, _ arguments: [String], width: Int = 100, height: Int = 30, log: String)
-    throws
-  {
-    let (master, slave) = try OutputFollower.makeOutput(.pty)
-    defer { close(slave) }
-    var size = winsize(
-      ws_row: UInt16(height), ws_col: UInt16(width), ws_xpixel: 0, ws_ypixel: 0)
-    _ = ioctl(master, UInt(TIOCSWINSZ), &size)
-    do {
-      pid = try Supervisor.shared.spawn(path, arguments, log: log, stdout: slave, stdin: slave)
-    } catch {
-      close(master)
-      throw error
-    }
-    self.master = master
-    Thread.detachNewThread { [self] in run() }
-  }
-
-  private func run() {
-    var buffer = [UInt8](repeating: 0, count: 65536)
-    while true {
-      let count = buffer.withUnsafeMutableBytes { read(master, $0.baseAddress, $0.count) }
-      if count < 0 && errno == EINTR { continue }
-      // EIO: the program and its terminal are gone.
-      if count <= 0 { break }
-      let now = Clock.now
-      condition.lock()
-      seen += buffer[0..<count]
-      arrivals.append((now, seen.count))
-      condition.broadcast()
-      condition.unlock()
-    }
-    condition.lock()
-    finished = true
-    condition.broadcast()
-    condition.unlock()
-  }
-
-  /// How many bytes the program has drawn so far.
-  var count: Int { condition.withLock { seen.count } }
-
-  /// When `bytes` were first drawn completely at or after `offset`, waiting up to `seconds`.
-  func waitFor(_ bytes: [UInt8], after offset: Int, seconds: Double) -> Int64? {
-    let deadline = Date(timeIntervalSinceNow: seconds)
-    condition.lock()
-    defer { condition.unlock() }
-    while true {
-      if let end = Self.end(of: bytes, in: seen, from: offset) {
-        return arrivals.first { $0.end >= end }?.at
-      }
-      if finished || !condition.wait(until: deadline) { return nil }
-    }
-  }
-
-  private static func end(of needle: [UInt8], in haystack: [UInt8], from offset: Int) -> Int? {
-    guard !needle.isEmpty, haystack.count - offset >= needle.count else { return nil }
-    var start = max(0, offset)
-    while start + needle.count <= haystack.count {
-      if haystack[start] == needle[0]
-        && haystack[start..<start + needle.count].elementsEqual(needle)
-      {
-        return start + needle.count
-      }
-      start += 1
-    }
-    return nil
-  }
-
-  /// Types `bytes`.
-  func send(_ bytes: [UInt8]) {
-    _ = bytes.withUnsafeBytes { write(master, $0.baseAddress, $0.count) }
-  }
-
-  /// The program's CPU use over `seconds`, percent of one core.
-  func idleCPU(seconds: Double) -> Double? {
-    func ticks() -> Int? {
-      guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-        let close = text.lastIndex(of: ")")
-      else { return nil }
-      let fields = text[text.index(after: close)...].split(separator: " ")
-      guard fields.count > 12, let user = Int(fields[11]), let system = Int(fields[12]) else {
-        return nil
-      }
-      return user + system
-    }
-    guard let before = ticks() else { return nil }
-    usleep(UInt32(seconds * 1e6))
-    guard let after = ticks() else { return nil }
-    return Double(after - before) / Double(sysconf(Int32(_SC_CLK_TCK))) / seconds * 100
-  }
-
-  /// `/quit`, then a kill if it has not left within 3 s.
-  func quit() {
-    send(Array("/quit\r".utf8))
-    if !Supervisor.shared.reap(pid, seconds: 3) { Supervisor.shared.stop(pid) }
-    // The reader ends on EIO once the program is gone; only then is its descriptor closed.
-    condition.lock()
-    let until = Date(timeIntervalSinceNow: 2)
-    while !finished && condition.wait(until: until) {}
-    let done = finished
-    condition.unlock()
-    if done { close(master) }
   }
 }

@@ -5,6 +5,9 @@ import Glibc
 /// stdout on a pseudo-terminal (what a user's terminal is) or a pipe (`tail -f ROOM | …`).
 /// A thread reads the other end and records when each complete line carrying a `#p<token>#`
 /// first appears.
+///
+/// `@unchecked Sendable`: what the reading thread and the waiters share (`arrivals`,
+/// `finished`, `stopping`) is touched only under `condition`, which waiters need.
 final class OutputFollower: @unchecked Sendable {
   enum Output: String {
     case pty, pipe

@@ -31,12 +31,18 @@ struct FollowOutcome {
 
 // MARK: - 7. chat as people read it
 
-extension Bench {
-  /// Delivery as a user sees it: from another 9P client's post to the line on the output of
-  /// `tail -f` or `cat`, on a pty (a terminal) or a pipe, on loopback, against a device-profile
-  /// server over seqpacket, and over the emulated BLE link.
-  func peopleSection() throws {
+/// Delivery as a user sees it: from another 9P client's post to the line on the output of
+/// `tail -f` or `cat`, on a pty (a terminal) or a pipe, on loopback, against a device-profile
+/// server over seqpacket, and over the emulated BLE link.
+struct PeopleSection: BenchSection {
+  static let name = "people"
+  static let usesLoopbackServer = true
+  let rig: BenchRig
+
+  func run() throws {
     let section = "7 chat as people read it"
+    let settings = rig.settings
+    let report = rig.report
     // Processes that outlived their SIGKILL (stuck in a FUSE request): reaped once their mount
     // is gone, which ends those requests.
     var stragglers: [OutputFollower] = []
@@ -46,12 +52,13 @@ extension Bench {
     // read(), libfuse answering from memory) beside it, run before the mount exists.
     var floors: [Int: Double] = [:]
     for readers in [1, 10] {
-      floors[readers] = fanoutFloor(readers: readers, posts: settings.posts)?.p50
+      floors[readers] = rig.fanoutFloor(readers: readers, posts: settings.posts)?.p50
     }
     do {
-      let fs = try mountServer("mnt-people", address: "tcp!127.0.0.1!\(serverPort)")
-      defer { unmount(fs) }
-      let poster = try DirectClient(address: serverAddress, profile: .multiplex, uname: "people")
+      let fs = try rig.mount("mnt-people", address: rig.loopbackMountAddress)
+      defer { rig.unmount(fs) }
+      let poster = try DirectClient(
+        address: rig.loopbackAddress, profile: .multiplex, uname: "people")
       defer { poster.close() }
       let fid = try poster.openFile("/chat/post", mode: .write)
       let cases: [(FollowTool, OutputFollower.Output, Int)] = [
@@ -64,7 +71,7 @@ extension Bench {
         let floor =
           output == .pty
           ? floors[readers].map { String(format: "bare-FUSE floor p50 %.3f ms", $0) } : nil
-        add(
+        report.add(
           outcome.row(
             section, "\(tool.rawValue), \(output), \(readers) reader\(readers == 1 ? "" : "s")",
             note: floor))
@@ -75,13 +82,12 @@ extension Bench {
     let deviceRooms = (0..<8).map { "r\($0)" }
     do {
       // Fresh rooms, as a new board has them: tail -f starts on an empty room file.
-      let (pid, socket) = try startDeviceServer(
+      let board = try rig.startBoard(
         "people-device", rooms: deviceRooms, sdu: 245, seeded: false)
-      defer { Supervisor.shared.stop(pid) }
-      let fs = try mountServer("mnt-people-device", address: "seqpacket!\(socket)!245")
-      defer { unmount(fs) }
-      let poster = try DirectClient(
-        address: .seqpacket(path: socket, sduLimit: 245), profile: .device, uname: "people")
+      defer { board.stop() }
+      let fs = try rig.mount("mnt-people-device", address: board.mountAddress)
+      defer { rig.unmount(fs) }
+      let poster = try DirectClient(address: board.address, profile: .device, uname: "people")
       defer { poster.close() }
       let fid = try poster.openFile("/chat/post", mode: .write)
       for tool in [FollowTool.tail, .cat] {
@@ -89,30 +95,22 @@ extension Bench {
           tool, output: .pty, mountpoint: fs.mountpoint, rooms: deviceRooms, readersPerRoom: 1,
           poster: poster, fid: fid, stragglers: &stragglers)
         let note = tool == .tail ? "seqpacket; rooms empty when tail starts" : "seqpacket"
-        add(outcome.row(section, "device: \(tool.rawValue), pty, 8 rooms", note: note))
+        report.add(outcome.row(section, "device: \(tool.rawValue), pty, 8 rooms", note: note))
       }
     }
 
     // The emulated BLE link in front of a device-profile server; the poster talks to the
     // server directly, as in section 6.
     do {
-      let sdu = settings.bleSDU
-      let (pid, socket) = try startDeviceServer(
-        "people-board", rooms: deviceRooms, sdu: sdu, seeded: true)
-      defer { Supervisor.shared.stop(pid) }
-      let profile = LinkProfile(
-        roundTrip: .microseconds(Int64(settings.bleRTTms * 1000)),
-        bytesPerSecond: settings.bleRate, sduSize: sdu)
-      let link = try LinkEmulator(
-        listen: .seqpacket(path: work + "/people-ble.sock", sduLimit: sdu),
-        server: .seqpacket(path: socket, sduLimit: sdu), profile: profile)
-      link.start()
+      let board = try rig.startBoard(
+        "people-board", rooms: deviceRooms, sdu: settings.bleSDU, seeded: true)
+      defer { board.stop() }
+      let profile = rig.bleProfile(sdu: board.sdu)
+      let link = try rig.startLink("people-ble", to: board, profile: profile)
       defer { link.close() }
-      let fs = try mountServer(
-        "mnt-people-ble", address: "seqpacket!\(work)/people-ble.sock!\(sdu)")
-      defer { unmount(fs) }
-      let poster = try DirectClient(
-        address: .seqpacket(path: socket, sduLimit: sdu), profile: .device, uname: "people")
+      let fs = try rig.mount("mnt-people-ble", address: link.mountAddress)
+      defer { rig.unmount(fs) }
+      let poster = try DirectClient(address: board.address, profile: .device, uname: "people")
       defer { poster.close() }
       let fid = try poster.openFile("/chat/post", mode: .write)
       for rooms in [["r0"], deviceRooms] {
@@ -122,37 +120,10 @@ extension Bench {
             poster: poster, fid: fid, stragglers: &stragglers)
           let label =
             "BLE: \(tool.rawValue), pty, \(rooms.count) room\(rooms.count == 1 ? "" : "s")"
-          add(outcome.row(section, label, note: "link \(profile)"))
+          report.add(outcome.row(section, label, note: "link \(profile)"))
         }
       }
     }
-  }
-
-  /// A device-profile 9bbsd on a seqpacket socket with `rooms`, each with one line if
-  /// `seeded`: (pid, socket path).
-  func startDeviceServer(_ name: String, rooms: [String], sdu: Int, seeded: Bool)
-    throws -> (pid_t, String)
-  {
-    let socket = work + "/\(name).sock"
-    let pid = try Supervisor.shared.spawn(
-      bbsd,
-      [
-        "--profile", "device", "--listen", "seqpacket!\(socket)!\(sdu)", "--rooms",
-        rooms.joined(separator: ","), "--log-level", "warning",
-      ], log: work + "/9bbsd-\(name).log")
-    guard waitForListener(path: socket) else {
-      Supervisor.shared.stop(pid)
-      throw BenchError("device 9bbsd did not start")
-    }
-    do {
-      if seeded {
-        try seed(.seqpacket(path: socket, sduLimit: sdu), profile: .device, rooms: rooms)
-      }
-    } catch {
-      Supervisor.shared.stop(pid)
-      throw error
-    }
-    return (pid, socket)
   }
 
   /// Starts `readersPerRoom` readers of each room, waits until each shows a warm-up line, then
@@ -164,8 +135,8 @@ extension Bench {
     readersPerRoom: Int, poster: DirectClient, fid: Fid, stragglers: inout [OutputFollower],
     warmUp: Double = 5, deadline: Double = 5
   ) throws -> FollowOutcome {
-    let run = nextToken()
-    let posts = settings.peoplePosts
+    let run = rig.nextToken()
+    let posts = rig.settings.peoplePosts
     var outcome = FollowOutcome()
     outcome.expected = posts * readersPerRoom
     var readers: [(room: String, follower: OutputFollower)] = []
@@ -182,7 +153,7 @@ extension Bench {
       for _ in 0..<readersPerRoom {
         let (path, arguments) = tool.command(mountpoint + "/chat/" + room)
         let follower = try OutputFollower(
-          path, arguments, output: output, log: work + "/people-\(run).log")
+          path, arguments, output: output, log: rig.work + "/people-\(run).log")
         readers.append((room, follower))
       }
     }

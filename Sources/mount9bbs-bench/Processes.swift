@@ -1,15 +1,19 @@
 import Foundation
 import Glibc
+import Synchronization
 
 /// Children and mounts of the benchmark: spawned with posix_spawn (empty signal mask, default
 /// SIGINT/SIGTERM/SIGPIPE, stdin from /dev/null, output to a log file), always reaped, and every
 /// mount unmounted on the way out — also after an error or Ctrl-C.
-final class Supervisor: @unchecked Sendable {
+final class Supervisor: Sendable {
   static let shared = Supervisor()
 
-  private let lock = NSLock()
-  private var children: Set<pid_t> = []
-  private var mounts: [String] = []
+  private struct Owned {
+    var children: Set<pid_t> = []
+    var mounts: [String] = []
+  }
+
+  private let owned = Mutex(Owned())
 
   /// Starts `path` with `arguments`; output goes to `log` (or /dev/null), or with `stdout`
   /// given, stdout to that descriptor and stderr to `log`.
@@ -54,7 +58,7 @@ final class Supervisor: @unchecked Sendable {
     guard status == 0 else {
       throw BenchError("cannot start \(path): \(String(cString: strerror(status)))")
     }
-    lock.withLock { _ = children.insert(pid) }
+    owned.withLock { _ = $0.children.insert(pid) }
     return pid
   }
 
@@ -70,7 +74,7 @@ final class Supervisor: @unchecked Sendable {
     var status: Int32 = 0
     while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
     timer?.cancel()
-    lock.withLock { _ = children.remove(pid) }
+    owned.withLock { _ = $0.children.remove(pid) }
     if status & 0x7f == 0 { return (status >> 8) & 0xff }
     return -(status & 0x7f)
   }
@@ -82,7 +86,7 @@ final class Supervisor: @unchecked Sendable {
       var status: Int32 = 0
       let result = waitpid(pid, &status, WNOHANG)
       if result == pid || (result < 0 && errno == ECHILD) {
-        lock.withLock { _ = children.remove(pid) }
+        owned.withLock { _ = $0.children.remove(pid) }
         return true
       }
       usleep(10_000)
@@ -110,21 +114,20 @@ final class Supervisor: @unchecked Sendable {
     wait(pid, timeout: grace)
   }
 
-  func registerMount(_ path: String) { lock.withLock { mounts.append(path) } }
-  func unregisterMount(_ path: String) { lock.withLock { mounts.removeAll { $0 == path } } }
+  func registerMount(_ path: String) { owned.withLock { $0.mounts.append(path) } }
+  func unregisterMount(_ path: String) {
+    owned.withLock { $0.mounts.removeAll { $0 == path } }
+  }
 
   /// Lazy-unmounts every mount still registered and kills every child. Safe from any thread.
   func cleanUp() {
-    let (openMounts, pids) = lock.withLock { (mounts, children) }
+    let (openMounts, pids) = owned.withLock { ($0.mounts, $0.children) }
     for mount in openMounts {
       _ = try? run("/usr/bin/fusermount3", ["-uz", mount], timeout: 5)
     }
     for pid in pids { kill(pid, SIGKILL) }
     for pid in pids { var status: Int32 = 0; waitpid(pid, &status, 0) }
-    lock.withLock {
-      mounts.removeAll()
-      children.removeAll()
-    }
+    owned.withLock { $0 = Owned() }
   }
 }
 

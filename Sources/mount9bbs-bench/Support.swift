@@ -4,43 +4,7 @@ import Glibc
 import NinePClient
 import NinePProtocol
 import NinePTransport
-
-/// One line of the results.
-struct Row: Codable, Sendable {
-  var section: String
-  var metric: String
-  var value: Double?
-  var unit: String
-  var detail: String
-  /// The counts and percentiles behind a delivery row (section 7), for --json.
-  var delivery: Delivery?
-
-  init(_ section: String, _ metric: String, _ value: Double?, _ unit: String, _ detail: String = "")
-  {
-    self.section = section
-    self.metric = metric
-    self.value = value.flatMap { $0.isFinite ? $0 : nil }
-    self.unit = unit
-    self.detail = detail
-  }
-}
-
-/// Lines delivered to readers' output and how long they took, ms.
-struct Delivery: Codable, Sendable {
-  var delivered: Int
-  var expected: Int
-  var p50: Double?
-  var p99: Double?
-  var max: Double?
-
-  init(latencies: [Double], expected: Int) {
-    delivered = latencies.count
-    self.expected = expected
-    p50 = Stats.percentile(latencies, 50)
-    p99 = Stats.percentile(latencies, 99)
-    max = latencies.max()
-  }
-}
+import Synchronization
 
 enum Stats {
   static func median(_ values: [Double]) -> Double? {
@@ -75,6 +39,9 @@ func blocking<T: Sendable>(
 }
 
 /// A one-shot value handed between threads.
+///
+/// `@unchecked Sendable`: `value` is read and written only under `condition`, which a waiter
+/// needs (Mutex cannot wait).
 final class Box<T>: @unchecked Sendable {
   private let condition = NSCondition()
   private var value: T?
@@ -142,47 +109,50 @@ struct DirectClient {
 }
 
 /// Bookkeeping of a pipelined read.
-final class PipelineState: @unchecked Sendable {
+final class PipelineState: Sendable {
   enum Next {
     case issue(Int)
     case wait
     case finished(Result<Int, NinePError>)
   }
 
-  private let lock = NSLock()
-  private var nextOffset = 0
-  private var inFlight = 0
-  private var total = 0
-  private var failure: NinePError?
+  private struct Bookkeeping {
+    var nextOffset = 0
+    var inFlight = 0
+    var total = 0
+    var failure: NinePError?
+  }
+
+  private let bookkeeping = Mutex(Bookkeeping())
 
   func start(size: Int, chunk: Int, depth: Int) -> [Int] {
-    lock.withLock {
+    bookkeeping.withLock { state in
       var offsets: [Int] = []
-      while offsets.count < depth && nextOffset < size {
-        offsets.append(nextOffset)
-        nextOffset += chunk
+      while offsets.count < depth && state.nextOffset < size {
+        offsets.append(state.nextOffset)
+        state.nextOffset += chunk
       }
-      inFlight = offsets.count
+      state.inFlight = offsets.count
       return offsets
     }
   }
 
   func complete(_ result: Result<ArraySlice<UInt8>, NinePError>, size: Int, chunk: Int) -> Next {
-    lock.withLock {
-      inFlight -= 1
+    bookkeeping.withLock { state in
+      state.inFlight -= 1
       switch result {
-      case .success(let data): total += data.count
-      case .failure(let error): failure = error
+      case .success(let data): state.total += data.count
+      case .failure(let error): state.failure = error
       }
-      if failure == nil && nextOffset < size {
-        let offset = nextOffset
-        nextOffset += chunk
-        inFlight += 1
+      if state.failure == nil && state.nextOffset < size {
+        let offset = state.nextOffset
+        state.nextOffset += chunk
+        state.inFlight += 1
         return .issue(offset)
       }
-      if inFlight == 0 {
-        if let failure { return .finished(.failure(failure)) }
-        return .finished(.success(total))
+      if state.inFlight == 0 {
+        if let failure = state.failure { return .finished(.failure(failure)) }
+        return .finished(.success(state.total))
       }
       return .wait
     }
@@ -191,6 +161,9 @@ final class PipelineState: @unchecked Sendable {
 
 /// A reader blocked in read() at the end of a room file of a mount, recording when each
 /// `#b<seq>#` token arrives. Ends on `#bEND#`.
+///
+/// `@unchecked Sendable`: what the reading thread and the waiters share (`fd` once opened,
+/// `opened`, `arrivals`, `finished`) is touched only under `condition`, which waiters need.
 final class RoomReader: @unchecked Sendable {
   let path: String
   private var fd: Int32 = -1

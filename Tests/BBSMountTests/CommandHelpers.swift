@@ -90,4 +90,9 @@ extension XCTestCase {
     else { return nil }
     return object
   }
+
+  /// The link's state ("up", "down", …) as `mount9bbs status --json` tells it, nil if it fails.
+  func linkState(of mountpoint: String) -> String? {
+    (statusJSON(of: mountpoint)?["link"] as? [String: Any])?["state"] as? String
+  }
 }

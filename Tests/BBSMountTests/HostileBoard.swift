@@ -12,16 +12,12 @@ final class HostileBoard: @unchecked Sendable {
   typealias Challenge = @Sendable (_ identity: String) -> [UInt8]
   typealias Proof = @Sendable (_ response: [UInt8]) -> [UInt8]
 
-  let listener: Listener
-  /// The dial string for `mount9bbs`.
-  let address: String
+  private let listener: ScriptedListener
   private let challenge: Challenge
   private let received: @Sendable (_ response: [UInt8]) -> Void
   private let proof: Proof
   private let lock = NSLock()
   private var kept: [[UInt8]] = []
-  private var connections: [SocketTransport] = []
-  private var closed = false
 
   init(
     challenge: @escaping Challenge, received: @escaping @Sendable ([UInt8]) -> Void = { _ in },
@@ -30,37 +26,17 @@ final class HostileBoard: @unchecked Sendable {
     self.challenge = challenge
     self.received = received
     self.proof = proof
-    listener = try Listener(address: .tcp(host: "127.0.0.1", port: 0))
-    guard case .tcp(let host, let port) = listener.boundAddress else {
-      throw HarnessError("listener is not TCP: \(listener.boundAddress)")
-    }
-    address = "tcp!\(host)!\(port)"
-    Thread { [self] in acceptLoop() }.start()
+    listener = try ScriptedListener()
+    listener.start { [self] in serve($0) }
   }
+
+  /// The dial string for `mount9bbs`.
+  var address: String { listener.address }
 
   /// Every response a client wrote to an afid.
   var responses: [[UInt8]] { lock.withLock { kept } }
 
-  func stop() {
-    let open = lock.withLock {
-      closed = true
-      return connections
-    }
-    listener.close()
-    for connection in open { connection.close() }
-  }
-
-  private func acceptLoop() {
-    while let transport = try? listener.accept() {
-      let accepted = lock.withLock { () -> Bool in
-        guard !closed else { return false }
-        connections.append(transport)
-        return true
-      }
-      guard accepted else { return transport.close() }
-      Thread { [self] in serve(transport) }.start()
-    }
-  }
+  func stop() { listener.stop() }
 
   /// One connection, one request at a time (the client waits for each step of Tauth anyway).
   private func serve(_ transport: SocketTransport) {

@@ -34,9 +34,7 @@ final class HostileChatServer: @unchecked Sendable {
     var walkName: String { String(decoding: name, as: UTF8.self) }
   }
 
-  let listener: Listener
-  /// The dial string for `mount9bbs`.
-  let address: String
+  private let listener: ScriptedListener
   private let lock = NSLock()
   private var rooms: [Room]
   private var users: [[UInt8]]
@@ -45,8 +43,6 @@ final class HostileChatServer: @unchecked Sendable {
   private var held:
     [(connection: HostileChatConnection, tag: Tag, path: String, offset: UInt64, count: UInt32)] =
       []
-  private var connections: [SocketTransport] = []
-  private var closed = false
   private(set) var posts: [[UInt8]] = []
 
   /// - Parameter users: the users list's successive texts: each read gives the next, the last
@@ -54,22 +50,14 @@ final class HostileChatServer: @unchecked Sendable {
   init(rooms: [Room], users: [String] = ["alice (idle: 0s)\n"]) throws {
     self.rooms = rooms
     self.users = users.map { Array($0.utf8) }
-    listener = try Listener(address: .tcp(host: "127.0.0.1", port: 0))
-    guard case .tcp(let host, let port) = listener.boundAddress else {
-      throw HarnessError("listener is not TCP: \(listener.boundAddress)")
-    }
-    address = "tcp!\(host)!\(port)"
-    Thread { [self] in acceptLoop() }.start()
+    listener = try ScriptedListener()
+    listener.start { [self] in HostileChatConnection(server: self, transport: $0).run() }
   }
 
-  func stop() {
-    let open = lock.withLock {
-      closed = true
-      return connections
-    }
-    listener.close()
-    for connection in open { connection.close() }
-  }
+  /// The dial string for `mount9bbs`.
+  var address: String { listener.address }
+
+  func stop() { listener.stop() }
 
   /// Room reads are answered from now on (those held so far at once).
   func release() {
@@ -157,28 +145,14 @@ final class HostileChatServer: @unchecked Sendable {
     default: return []
     }
   }
-
-  private func acceptLoop() {
-    while let transport = try? listener.accept() {
-      let accepted = lock.withLock { () -> Bool in
-        guard !closed else { return false }
-        connections.append(transport)
-        return true
-      }
-      guard accepted else { return transport.close() }
-      let connection = HostileChatConnection(server: self, transport: transport)
-      Thread { connection.run() }.start()
-    }
-  }
 }
 
 /// One client connection of a ``HostileChatServer``.
 private final class HostileChatConnection: @unchecked Sendable {
   unowned let server: HostileChatServer
   let transport: SocketTransport
+  private let fids = ScriptedFids()
   private let lock = NSLock()
-  private var fids: [Fid: String] = [:]
-  private var msize: UInt32 = 8192
   /// Directory listings by fid, as they were at offset 0 (a listing is read in pieces).
   private var listings: [Fid: [UInt8]] = [:]
 
@@ -198,9 +172,9 @@ private final class HostileChatConnection: @unchecked Sendable {
     try? transport.send(message.encoded(tag: tag))
   }
 
-  private func path(_ fid: Fid) -> String? { lock.withLock { fids[fid] } }
+  private func path(_ fid: Fid) -> String? { fids.path(fid) }
 
-  private var readLimit: UInt32 { lock.withLock { msize } - UInt32(NineP.readOverhead) }
+  private var readLimit: UInt32 { fids.readLimit }
 
   /// A room read: its bytes from `offset`, or parked past them (an endless room: always full).
   func answerRead(_ tag: Tag, path: String, offset: UInt64, count: UInt32) {
@@ -221,32 +195,14 @@ private final class HostileChatConnection: @unchecked Sendable {
   func answer(_ tag: Tag, _ message: Message) {
     switch message {
     case .tversion(let size, _):
-      lock.withLock {
-        msize = min(size, 8192)
-        fids.removeAll()
-      }
-      send(tag, .rversion(msize: min(size, 8192), version: "9P2000"))
+      send(tag, fids.version(size))
     case .tattach(let fid, _, _, _):
-      lock.withLock { fids[fid] = "" }
-      send(tag, .rattach(qid: Qid(type: .directory, path: 1)))
+      send(tag, fids.attach(fid))
     case .tflush:
       // The flushed read (if parked) is never answered.
       send(tag, .rflush)
     case .twalk(let fid, let newfid, let names):
-      guard let base = path(fid) else { return send(tag, .rerror(ename: "unknown fid")) }
-      var current = base
-      var qids: [Qid] = []
-      for name in names {
-        let next = current.isEmpty ? name : current + "/" + name
-        guard let stat = server.stat(next) else { break }
-        qids.append(stat.qid)
-        current = next
-      }
-      if qids.count < names.count {
-        return send(tag, qids.isEmpty ? .rerror(ename: "file not found") : .rwalk(qids: qids))
-      }
-      lock.withLock { fids[newfid] = current }
-      send(tag, .rwalk(qids: qids))
+      send(tag, fids.walk(fid, to: newfid, names, stat: server.stat))
     case .topen(let fid, _):
       guard let path = path(fid), let stat = server.stat(path) else {
         return send(tag, .rerror(ename: "unknown fid"))
@@ -301,11 +257,8 @@ private final class HostileChatConnection: @unchecked Sendable {
       }
       send(tag, .rstat(stat: stat))
     case .tclunk(let fid):
-      lock.withLock {
-        fids[fid] = nil
-        listings[fid] = nil
-      }
-      send(tag, .rclunk)
+      lock.withLock { listings[fid] = nil }
+      send(tag, fids.clunk(fid))
     default:
       send(tag, .rerror(ename: "operation not supported"))
     }

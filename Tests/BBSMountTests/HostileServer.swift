@@ -22,37 +22,25 @@ import XCTest
 ///
 /// Counts every request, so a test can tell a bounded listing from a loop.
 final class HostileServer: @unchecked Sendable {
-  let listener: Listener
-  /// The dial string for `mount9bbs`.
-  let address: String
+  private let listener: ScriptedListener
   static let longName = String(repeating: "n", count: 300)
 
   private let lock = NSLock()
-  private var connections: [SocketTransport] = []
   private var stalled: [(connection: Connection, tag: Tag, message: Message)] = []
   private var stalling = false
   private var lying = false
   private var counts: [String: Int] = [:]
-  private var closed = false
 
   init() throws {
-    listener = try Listener(address: .tcp(host: "127.0.0.1", port: 0))
-    guard case .tcp(let host, let port) = listener.boundAddress else {
-      throw HarnessError("listener is not TCP: \(listener.boundAddress)")
-    }
-    address = "tcp!\(host)!\(port)"
-    Thread { [self] in acceptLoop() }.start()
+    listener = try ScriptedListener()
+    listener.start { [self] in Connection(server: self, transport: $0).run() }
   }
 
+  /// The dial string for `mount9bbs`.
+  var address: String { listener.address }
+
   /// Stops listening and drops every connection.
-  func stop() {
-    let open = lock.withLock {
-      closed = true
-      return connections
-    }
-    listener.close()
-    for connection in open { connection.close() }
-  }
+  func stop() { listener.stop() }
 
   /// While on, requests (other than Tversion) go unanswered; turned off, they are answered.
   func stall(_ on: Bool) {
@@ -97,19 +85,6 @@ final class HostileServer: @unchecked Sendable {
       guard stalling else { return false }
       stalled.append((connection, tag, message))
       return true
-    }
-  }
-
-  private func acceptLoop() {
-    while let transport = try? listener.accept() {
-      let accepted = lock.withLock { () -> Bool in
-        guard !closed else { return false }
-        connections.append(transport)
-        return true
-      }
-      guard accepted else { return transport.close() }
-      let connection = Connection(server: self, transport: transport)
-      Thread { connection.run() }.start()
     }
   }
 
@@ -204,9 +179,7 @@ final class HostileServer: @unchecked Sendable {
 private final class Connection: @unchecked Sendable {
   unowned let server: HostileServer
   let transport: SocketTransport
-  private let lock = NSLock()
-  private var fids: [Fid: String] = [:]
-  private var msize: UInt32 = 8192
+  private let fids = ScriptedFids()
 
   init(server: HostileServer, transport: SocketTransport) {
     self.server = server
@@ -228,37 +201,21 @@ private final class Connection: @unchecked Sendable {
     try? transport.send(message.encoded(tag: tag))
   }
 
-  private func path(_ fid: Fid) -> String? { lock.withLock { fids[fid] } }
+  private func path(_ fid: Fid) -> String? { fids.path(fid) }
 
   func answer(_ tag: Tag, _ message: Message) {
     switch message {
     case .tversion(let size, _):
-      lock.withLock {
-        msize = min(size, 8192)
-        fids.removeAll()
-      }
-      send(tag, .rversion(msize: min(size, 8192), version: "9P2000"))
+      send(tag, fids.version(size))
     case .tattach(let fid, _, _, _):
-      lock.withLock { fids[fid] = "" }
-      send(tag, .rattach(qid: Qid(type: .directory, path: 1)))
+      send(tag, fids.attach(fid))
     case .tflush:
       send(tag, .rflush)
     case .twalk(let fid, let newfid, let names):
-      guard let base = path(fid) else { return send(tag, .rerror(ename: "unknown fid")) }
-      server.record("Twalk", ([base] + names).filter { !$0.isEmpty }.joined(separator: "/"))
-      var current = base
-      var qids: [Qid] = []
-      for name in names {
-        let next = current.isEmpty ? name : current + "/" + name
-        guard let stat = server.stat(next) else { break }
-        qids.append(stat.qid)
-        current = next
+      if let base = path(fid) {
+        server.record("Twalk", ([base] + names).filter { !$0.isEmpty }.joined(separator: "/"))
       }
-      if qids.count < names.count {
-        return send(tag, qids.isEmpty ? .rerror(ename: "file not found") : .rwalk(qids: qids))
-      }
-      lock.withLock { fids[newfid] = current }
-      send(tag, .rwalk(qids: qids))
+      send(tag, fids.walk(fid, to: newfid, names, stat: server.stat))
     case .topen(let fid, _):
       guard let path = path(fid), let stat = server.stat(path) else {
         return send(tag, .rerror(ename: "unknown fid"))
@@ -270,7 +227,7 @@ private final class Connection: @unchecked Sendable {
         return send(tag, .rerror(ename: "unknown fid"))
       }
       server.record("Tread", path)
-      let count = min(count, lock.withLock { msize } - UInt32(NineP.readOverhead))
+      let count = min(count, fids.readLimit)
       let data: [UInt8]
       switch path {
       case "locked": return send(tag, .rerror(ename: "permission denied"))
@@ -292,19 +249,28 @@ private final class Connection: @unchecked Sendable {
       server.record("Tstat", path)
       send(tag, .rstat(stat: stat))
     case .tclunk(let fid):
-      lock.withLock { fids[fid] = nil }
-      send(tag, .rclunk)
+      send(tag, fids.clunk(fid))
     default:
       send(tag, .rerror(ename: "operation not supported"))
     }
   }
 }
 
-extension XCTestCase {
-  /// A ``HostileServer`` and a real `mount9bbs -f` of it with `timeout=`, both torn down with
-  /// the test (stalled requests answered first, so the mount goes promptly); the mount's log
-  /// is printed when the test failed.
-  func mountHostileServer(timeout: Int) throws -> (HostileServer, MountProcess) {
+/// A test case with a ``HostileServer`` and a real `mount9bbs -f` of it with
+/// `timeout=requestTimeout`, started for each test and torn down with it (stalled requests
+/// answered first, so the mount goes promptly); the mount's log is printed when the test failed.
+class HostileServerTestCase: XCTestCase {
+  var server: HostileServer!
+  var mount: MountProcess!
+
+  /// The mount's `timeout=`, in seconds.
+  class var requestTimeout: Int { 60 }
+
+  /// Absolute path of `relative` inside the mount.
+  func path(_ relative: String) -> String { mount.mountpoint + "/" + relative }
+
+  override func setUpWithError() throws {
+    let timeout = Self.requestTimeout
     let server = try HostileServer()
     addTeardownBlock { server.stop() }
     let directory = try makeTemporaryDirectory("mount9bbs-hostile")
@@ -324,6 +290,7 @@ extension XCTestCase {
       guard let run = self?.testRun, run.totalFailureCount > 0 else { return }
       print("--- mount9bbs log:\n\(mount.child.text)---")
     }
-    return (server, mount)
+    self.server = server
+    self.mount = mount
   }
 }

@@ -5,19 +5,10 @@ import XCTest
 /// A real `mount9bbs -f` of a ``HostileServer``, driven with the tools users use: whatever
 /// the server does, every FUSE request is answered in bounded time, the daemon lives, the log
 /// says what went wrong, and Ctrl-C ends any operation long before the request timeout.
-final class HostileServerTests: XCTestCase {
-  private var server: HostileServer!
-  private var mount: MountProcess!
-
+final class HostileServerTests: HostileServerTestCase {
   /// The mount's request timeout: far longer than any wait below, so an answer within those
   /// waits cannot be a timeout.
-  private static let requestTimeout = 60
-
-  override func setUpWithError() throws {
-    (server, mount) = try mountHostileServer(timeout: Self.requestTimeout)
-  }
-
-  private func path(_ relative: String) -> String { mount.mountpoint + "/" + relative }
+  override class var requestTimeout: Int { 60 }
 
   private func assertAlive(file: StaticString = #filePath, line: UInt = #line) {
     XCTAssertTrue(
@@ -105,7 +96,10 @@ final class HostileServerTests: XCTestCase {
     let listing = try run("ls '\(path("longname"))'")
     XCTAssertEqual(listing.status, 0, listing.output)
     XCTAssertEqual(listing.output, "short\n")
-    XCTAssertTrue(mount.child.text.contains("left out 1 entry"), mount.child.text)
+    // Logged once the whole listing is in, which can be after `ls` has shown the first part.
+    XCTAssertTrue(
+      waitUntil(timeout: 5) { self.mount.child.text.contains("left out 1 entry") },
+      mount.child.text)
     assertAlive()
   }
 

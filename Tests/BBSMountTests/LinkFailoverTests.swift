@@ -10,61 +10,22 @@ import XCTest
 /// Real `9bbsd` (two listeners on one board) and `mount9bbs` processes, real mounts, a fault
 /// proxy in front of the preferred listener.
 final class LinkFailoverTests: XCTestCase {
-  var directory = ""
-  var server: ChildProcess?
-  var mounts: [MountProcess] = []
-  var background: [ChildProcess] = []
+  let fixture = BoardFixture("mount9bbs-link")
+  var directory: String { fixture.directory }
+  var server: ChildProcess? { fixture.server }
+  var mounts: [MountProcess] { fixture.mounts }
 
-  override func setUpWithError() throws {
-    directory = try makeTemporaryDirectory("mount9bbs-link")
-  }
+  override func setUpWithError() throws { try fixture.setUp() }
 
-  override func tearDown() {
-    // A stopped server must run again to hear SIGTERM.
-    server?.signal(SIGCONT)
-    for child in background { child.stop(grace: 1) }
-    for mount in mounts { mount.stop() }
-    server?.stop()
-    try? FileManager.default.removeItem(atPath: directory)
-  }
+  override func tearDown() { fixture.tearDown() }
 
   /// Starts 9bbsd with one listener per address, all on one board.
   func startServer(listening addresses: [String], extra: [String] = []) throws -> ChildProcess {
-    let child = ChildProcess(
-      BuiltProducts.path(of: "9bbsd"),
-      addresses.flatMap { ["--listen", $0] } + [
-        "--rooms", "lobby,tech", "--data", directory + "/data", "--log-level", "debug",
-      ] + extra)
-    try child.start()
-    server = child
-    guard
-      waitUntil(
-        timeout: 15,
-        {
-          child.text.components(separatedBy: "listening on").count > addresses.count
-            || !child.isRunning
-        }), child.isRunning
-    else {
-      throw HarnessError("9bbsd did not start: \(child.text)")
-    }
-    return child
+    try fixture.startServer(listening: addresses, extra: ["--log-level", "debug"] + extra)
   }
 
   func mount(_ address: String, options: [String], name: String = "mnt") throws -> String {
-    let mountpoint = directory + "/" + name
-    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
-    let mount = try MountProcess(
-      address: address, mountpoint: mountpoint, options: options,
-      environment: ["XDG_STATE_HOME": directory + "/state-" + name])
-    mounts.append(mount)
-    return mountpoint
-  }
-
-  func startBackground(_ command: String) throws -> ChildProcess {
-    let child = ChildProcess("/bin/sh", ["-c", command])
-    try child.start()
-    background.append(child)
-    return child
+    try fixture.mount(address, options: options, name: name)
   }
 
   func link(_ mountpoint: String) -> [String: Any]? {
@@ -95,7 +56,7 @@ final class LinkFailoverTests: XCTestCase {
     let socket = directory + "/9bbs.sock"
     let server = try startServer(listening: ["unix!" + socket])
     let mnt = try mount("unix!" + socket, options: ["keepalive=2", "timeout=5"])
-    let reader = try startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
+    let reader = try fixture.startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
     XCTAssertTrue(try sh("ls \(mnt)/etc").contains("motd"))
     XCTAssertTrue(try sh("ls \(mnt)/chat").contains("lobby"))
     try sh("stat \(mnt)/etc/motd")
@@ -105,10 +66,10 @@ final class LinkFailoverTests: XCTestCase {
     server.signal(SIGSTOP)
     let frozen = Date()
     // Posted at once, while the link still looks up: kept, never dropped.
-    let during = try startBackground(
+    let during = try fixture.startBackground(
       "/bin/echo 'frozen one' > \(mnt)/chat/post; echo status=$?")
     // So is a listing asked for before the freeze is noticed: it waits for that, no longer.
-    let listing = try startBackground("ls \(mnt)/etc; echo status=$?")
+    let listing = try fixture.startBackground("ls \(mnt)/etc; echo status=$?")
     XCTAssertTrue(
       waitUntil(timeout: 15, interval: 0.1) { self.link(mnt)?["state"] as? String == "down" },
       "a frozen server was not noticed: \(logs)")
@@ -178,13 +139,13 @@ final class LinkFailoverTests: XCTestCase {
       try sh("\(BuiltProducts.path(of: "mount9bbs")) status \(mnt)").contains(
         "transport: \(preferred) (preferred"))
 
-    let reader = try startBackground(
+    let reader = try fixture.startBackground(
       "exec tail -f -s 0.2 \(mnt)/chat/lobby 2>\(directory)/reader.err")
-    let auditor = try startBackground("exec tail -f -s 0.2 \(audit)/chat/lobby")
+    let auditor = try fixture.startBackground("exec tail -f -s 0.2 \(audit)/chat/lobby")
     try sh("echo 'start' > \(mnt)/chat/post")
     XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("start") }, logs)
     let posts = 120
-    let writer = try startBackground(
+    let writer = try fixture.startBackground(
       "for n in $(seq \(posts)); do echo \"p $n\" > \(mnt)/chat/post || echo FAIL $n >&2; sleep 0.05; done"
     )
 
@@ -341,7 +302,7 @@ final class LinkFailoverTests: XCTestCase {
     XCTAssertTrue(
       waitUntil(timeout: 30, interval: 0.1) { self.link(mnt)?["state"] as? String == "up" }, logs)
     try sh("echo 'after the thaw' > \(mnt)/chat/post")
-    let reader = try startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
+    let reader = try fixture.startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
     XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("after the thaw") }, logs)
     XCTAssertEqual(count("still down", in: reader.text), 0, "a refused post was sent")
   }
@@ -359,7 +320,7 @@ final class LinkFailoverTests: XCTestCase {
     XCTAssertEqual(result.status, 0, "\(result.output)\n\(logs)")
     XCTAssertEqual(outbox(mnt), 1)
     server.signal(SIGCONT)
-    let reader = try startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
+    let reader = try fixture.startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
     XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("unlisted") }, logs)
     XCTAssertTrue(waitUntil(timeout: 10) { self.outbox(mnt) == 0 })
   }
@@ -383,11 +344,11 @@ final class LinkFailoverTests: XCTestCase {
     func transport() -> String? { link(mnt)?["transport"] as? String }
     XCTAssertTrue(
       try sh("\(BuiltProducts.path(of: "mount9bbs")) status \(mnt)").contains("(device profile"))
-    let reader = try startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
+    let reader = try fixture.startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
     try sh("echo 'start' > \(mnt)/chat/post")
     XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("start") }, logs)
     let posts = 60
-    let writer = try startBackground(
+    let writer = try fixture.startBackground(
       "for n in $(seq \(posts)); do echo \"d $n\" > \(mnt)/chat/post || echo FAIL $n >&2; sleep 0.05; done"
     )
     XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("d 10\n") }, logs)

@@ -90,6 +90,19 @@ struct MountRig {
     return mount
   }
 
+  /// Another mount of the server as `user` on `DIRECTORY/away`, keeping its state (room
+  /// history) in `state`: a mount after it, given the same `state`, is the same user coming
+  /// back. Torn down with the test.
+  func mountAway(as user: String, state: String, for test: XCTestCase) throws -> MountProcess {
+    let mountpoint = directory + "/away"
+    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
+    let mount = try MountProcess(
+      address: server.address, mountpoint: mountpoint, options: ["uname=\(user)"],
+      environment: ["XDG_STATE_HOME": state])
+    test.addTeardownBlock { mount.stop() }
+    return mount
+  }
+
   /// Fails the test if 9bbsd dropped a session: in the device profile, that is the client
   /// breaking a board's wire rules.
   func assertNoViolations(file: StaticString = #filePath, line: UInt = #line) {

@@ -7,67 +7,21 @@ import XCTest
 /// is delivered exactly once when the link answers, never waits behind an outbox replay, and
 /// is never routed by a room listing that failed. Real `9bbsd`, real mounts, `echo >`.
 final class PostingTests: XCTestCase {
-  var directory = ""
-  var serverSocket: String { directory + "/9bbs.sock" }
-  var server: ChildProcess?
-  var mounts: [MountProcess] = []
-  var background: [ChildProcess] = []
+  let fixture = BoardFixture("mount9bbs-posting")
 
   override func setUpWithError() throws {
-    directory = try makeTemporaryDirectory("mount9bbs-posting")
+    try fixture.setUp()
     try startServer()
   }
 
-  override func tearDown() {
-    server?.signal(SIGCONT)
-    for child in background { child.stop(grace: 1) }
-    for mount in mounts { mount.stop() }
-    server?.stop()
-    try? FileManager.default.removeItem(atPath: directory)
-  }
+  override func tearDown() { fixture.tearDown() }
 
   /// Starts (or restarts) 9bbsd on the same socket and data directory.
-  func startServer() throws {
-    let child = ChildProcess(
-      BuiltProducts.path(of: "9bbsd"),
-      ["--listen", "unix!" + serverSocket, "--rooms", "lobby,tech", "--data", directory + "/data"])
-    try child.start()
-    guard waitUntil(timeout: 10, { child.text.contains("listening on") || !child.isRunning }),
-      child.isRunning
-    else {
-      child.stop()
-      throw HarnessError("9bbsd did not start: \(child.text)")
-    }
-    server = child
-  }
-
-  func killServer() {
-    server?.signal(SIGKILL)
-    server?.wait(timeout: 5)
-  }
+  func startServer() throws { try fixture.startServer(listening: ["unix!" + fixture.serverSocket]) }
 
   /// Mounts with a private outbox directory and a short keepalive (`options` may override).
   func mount(_ address: String, options: [String] = [], name: String = "mnt") throws -> String {
-    let mountpoint = directory + "/" + name
-    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
-    mounts.append(
-      try MountProcess(
-        address: address, mountpoint: mountpoint, options: ["keepalive=1"] + options,
-        environment: ["XDG_STATE_HOME": directory + "/state-" + name]))
-    return mountpoint
-  }
-
-  func startReader(_ command: String) throws -> ChildProcess {
-    let child = ChildProcess("/bin/sh", ["-c", command])
-    try child.start()
-    background.append(child)
-    return child
-  }
-
-  func status(_ mountpoint: String) -> [String: Any]? { statusJSON(of: mountpoint) }
-
-  func linkState(_ mountpoint: String) -> String? {
-    (status(mountpoint)?["link"] as? [String: Any])?["state"] as? String
+    try fixture.mount(address, options: ["keepalive=1"] + options, name: name)
   }
 
   /// An `echo` that `timeout` ends (status 124) if the write blocks; its status and seconds.
@@ -95,25 +49,25 @@ final class PostingTests: XCTestCase {
   /// queue. Now it returns within ~2 s, `chat/outbox` shows the post, and when the server
   /// wakes its late Rwrite counts: the post is there once, and the outbox empties.
   func testPostToAFrozenServerReturnsAtOnceAndArrivesOnce() throws {
-    let mnt = try mount("unix!" + serverSocket, options: ["keepalive=10"])
+    let mnt = try mount("unix!" + fixture.serverSocket, options: ["keepalive=10"])
     // The auditor's link must outlive the freeze too: a reader whose session the keepalive
     // ends while the board is frozen can lose the line the board then hands the dead session.
     let audit = try mount(
-      "unix!" + serverSocket, options: ["uname=auditor", "keepalive=10"], name: "audit")
-    let reader = try startReader("exec tail -f -s 0.2 \(audit)/chat/lobby")
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
+      "unix!" + fixture.serverSocket, options: ["uname=auditor", "keepalive=10"], name: "audit")
+    let reader = try fixture.startBackground("exec tail -f -s 0.2 \(audit)/chat/lobby")
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "up" })
     XCTAssertEqual(try timedPost("awake", to: mnt + "/chat/post").0, 0)
     XCTAssertTrue(waitUntil(timeout: 10) { reader.text.contains("awake") }, reader.text)
     XCTAssertEqual(try shell("ls \(mnt)/chat").status, 0)  // a mount in use has listed it
     // What became of the post, as chat/events tells it (a new open starts from now).
-    let events = try startReader("exec tail -f -s 0.2 \(mnt)/chat/events")
+    let events = try fixture.startBackground("exec tail -f -s 0.2 \(mnt)/chat/events")
 
-    server?.signal(SIGSTOP)
-    defer { server?.signal(SIGCONT) }
+    fixture.server?.signal(SIGSTOP)
+    defer { fixture.server?.signal(SIGCONT) }
     // A while later, as a user would post: the mount's cached names have expired.
     Thread.sleep(forTimeInterval: 1.5)
     let (status, seconds) = try timedPost("frozen hello", to: mnt + "/chat/post")
-    XCTAssertEqual(status, 0, mounts.first?.child.text ?? "")
+    XCTAssertEqual(status, 0, fixture.mounts.first?.child.text ?? "")
     XCTAssertLessThan(seconds, 4, "a post to a frozen server held the writer")
     let queued = outboxLines(mnt)
     XCTAssertEqual(queued?.count, 1, "chat/outbox: \(String(describing: queued))")
@@ -122,15 +76,15 @@ final class PostingTests: XCTestCase {
     XCTAssertEqual(fields.count, 4)
     XCTAssertEqual(fields.dropFirst(2).first, "1", "attempts: \(fields)")
     // A room file and a `room:` line follow the same rules (queued behind the first).
-    let tech = try startReader("exec tail -f -s 0.2 \(audit)/chat/tech")
+    let tech = try fixture.startBackground("exec tail -f -s 0.2 \(audit)/chat/tech")
     for (text, file) in [("frozen room", "chat/tech"), ("tech:frozen prefix", "chat/post")] {
       let (status, seconds) = try timedPost(text, to: mnt + "/" + file)
-      XCTAssertEqual(status, 0, "\(file): \(mounts.first?.child.text ?? "")")
+      XCTAssertEqual(status, 0, "\(file): \(fixture.mounts.first?.child.text ?? "")")
       XCTAssertLessThan(seconds, 4, "a post to a frozen server held the writer of \(file)")
     }
     XCTAssertEqual(outboxLines(mnt)?.map { $0.prefix(5) }, ["lobby", "tech\t", "tech\t"])
 
-    server?.signal(SIGCONT)
+    fixture.server?.signal(SIGCONT)
     XCTAssertTrue(
       waitUntil(timeout: 20) { reader.text.contains("frozen hello") }, "never delivered")
     XCTAssertTrue(waitUntil(timeout: 10) { self.outboxLines(mnt) == [] }, "outbox not emptied")
@@ -152,16 +106,17 @@ final class PostingTests: XCTestCase {
   /// when the link answers everything arrives once, in order, and `chat/outbox` empties.
   func testNewPostIsNotBlockedBehindAStalledReplay() throws {
     let proxy = try FaultProxy(
-      listen: .unix(path: directory + "/proxy.sock"), server: .unix(path: serverSocket))
+      listen: .unix(path: fixture.directory + "/proxy.sock"),
+      server: .unix(path: fixture.serverSocket))
     defer { proxy.stop() }
-    let mnt = try mount("unix!" + directory + "/proxy.sock", options: ["keepalive=10"])
-    let audit = try mount("unix!" + serverSocket, options: ["uname=auditor"], name: "audit")
-    let reader = try startReader("exec tail -f -s 0.2 \(audit)/chat/lobby")
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
+    let mnt = try mount("unix!" + fixture.directory + "/proxy.sock", options: ["keepalive=10"])
+    let audit = try mount("unix!" + fixture.serverSocket, options: ["uname=auditor"], name: "audit")
+    let reader = try fixture.startBackground("exec tail -f -s 0.2 \(audit)/chat/lobby")
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "up" })
     XCTAssertEqual(try shell("ls \(mnt)/chat").status, 0)  // rooms known while down
 
     proxy.setRefusing(true)
-    XCTAssertTrue(waitUntil(timeout: 30) { self.linkState(mnt) == "down" }, "outage not seen")
+    XCTAssertTrue(waitUntil(timeout: 30) { self.linkState(of: mnt) == "down" }, "outage not seen")
     for number in 1...3 {
       XCTAssertEqual(try timedPost("stored \(number)", to: mnt + "/chat/post").0, 0)
     }
@@ -171,7 +126,7 @@ final class PostingTests: XCTestCase {
     proxy.setDelay(0.3)
     proxy.setRefusing(false)
     XCTAssertTrue(
-      waitUntil(timeout: 40) { (self.status(mnt)?["outbox"] as? Int ?? 3) < 3 },
+      waitUntil(timeout: 40) { (self.statusJSON(of: mnt)?["outbox"] as? Int ?? 3) < 3 },
       "the replay never started")
     proxy.setStalled(true)
     defer { proxy.setStalled(false) }
@@ -194,19 +149,19 @@ final class PostingTests: XCTestCase {
   /// `chat/outbox` is a read-only listed file: a post made offline is shown with its room,
   /// age, attempts and why it waits, writes to it are refused, and it empties on delivery.
   func testOutboxFileListsQueuedPostsAndIsReadOnly() throws {
-    let mnt = try mount("unix!" + serverSocket)
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
+    let mnt = try mount("unix!" + fixture.serverSocket)
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "up" })
     XCTAssertEqual(outboxLines(mnt), [])
     XCTAssertTrue(try shell("ls \(mnt)/chat").output.split(separator: "\n").contains("outbox"))
-    killServer()
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "down" })
+    fixture.killServer()
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "down" })
     XCTAssertEqual(try timedPost("offline", to: mnt + "/chat/tech").0, 0)
     let lines = outboxLines(mnt) ?? []
     XCTAssertEqual(lines.count, 1, "\(lines)")
     XCTAssertTrue(lines.first?.hasPrefix("tech\t") ?? false, "\(lines)")
     XCTAssertTrue(lines.first?.hasSuffix("\t0\tlink down") ?? false, "\(lines)")
     // The state directory cleaned under the mount: the next post still finds a home.
-    try FileManager.default.removeItem(atPath: directory + "/state-mnt")
+    try FileManager.default.removeItem(atPath: fixture.directory + "/state-mnt")
     XCTAssertEqual(try timedPost("after cleaning", to: mnt + "/chat/tech").0, 0)
     XCTAssertEqual(outboxLines(mnt)?.count, 2)
     let write = try shell("/bin/echo x > \(mnt)/chat/outbox")
@@ -224,18 +179,18 @@ final class PostingTests: XCTestCase {
   /// listed, and a line that names none is still queued.
   func testFailedRoomListingNeverMisroutesAPost() throws {
     // watch=none: a watching mount lists chat/ at once, and a listing seen once routes posts.
-    let mnt = try mount("unix!" + serverSocket, options: ["watch=none"])
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
-    killServer()
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "down" })
+    let mnt = try mount("unix!" + fixture.serverSocket, options: ["watch=none"])
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "up" })
+    fixture.killServer()
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "down" })
     let (named, seconds) = try timedPost("tech:misrouted", to: mnt + "/chat/post")
     XCTAssertNotEqual(named, 0, "a post naming a room was taken without the room list")
     XCTAssertNotEqual(named, 124, "the post hung")
     XCTAssertLessThan(seconds, 4)
     XCTAssertEqual(try timedPost("plain offline", to: mnt + "/chat/post").0, 0)
     try startServer()
-    let audit = try mount("unix!" + serverSocket, options: ["uname=auditor"], name: "audit")
-    let reader = try startReader("exec tail -f -s 0.2 \(audit)/chat/lobby")
+    let audit = try mount("unix!" + fixture.serverSocket, options: ["uname=auditor"], name: "audit")
+    let reader = try fixture.startBackground("exec tail -f -s 0.2 \(audit)/chat/lobby")
     XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("plain offline") }, reader.text)
     XCTAssertTrue(waitUntil(timeout: 10) { self.outboxLines(mnt) == [] })
     XCTAssertFalse(reader.text.contains("misrouted"), reader.text)
@@ -247,7 +202,7 @@ final class PostingTests: XCTestCase {
     let board = try ServerProcess(transport: "unix", rooms: ["lobby", "outbox"])
     defer { board.stop() }
     let mnt = try mount(board.address)
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "up" })
     let names = try shell("ls \(mnt)/chat").output.split(separator: "\n")
     XCTAssertEqual(names.filter { $0 == "outbox" }.count, 1, "\(names)")
     XCTAssertEqual(outboxLines(mnt), [])
@@ -259,7 +214,7 @@ final class PostingTests: XCTestCase {
     XCTAssertEqual(outboxLines(audit), [], "the board room showed through")
     XCTAssertTrue(
       waitUntil(timeout: 10) {
-        (self.mounts.first?.child.text ?? "").contains("the server has a room /chat/outbox")
-      }, self.mounts.first?.child.text ?? "")
+        (self.fixture.mounts.first?.child.text ?? "").contains("the server has a room /chat/outbox")
+      }, self.fixture.mounts.first?.child.text ?? "")
   }
 }

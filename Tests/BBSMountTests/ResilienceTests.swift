@@ -7,71 +7,27 @@ import XCTest
 /// nothing is shown twice, no reader sees end-of-file, and Ctrl-C and unmount stay prompt.
 /// Real `9bbsd` and `mount9bbs` processes, real mounts, a fault proxy in between.
 final class ResilienceTests: XCTestCase {
-  var directory = ""
-  var serverSocket: String { directory + "/9bbs.sock" }
-  var dataDirectory: String { directory + "/data" }
-  var stateDirectory: String { directory + "/state" }
-  var server: ChildProcess?
-  var mounts: [MountProcess] = []
-  var background: [ChildProcess] = []
+  let fixture = BoardFixture("mount9bbs-resilience")
 
   override func setUpWithError() throws {
-    directory = try makeTemporaryDirectory("mount9bbs-resilience")
+    try fixture.setUp()
     try startServer()
   }
 
-  override func tearDown() {
-    for child in background { child.stop(grace: 1) }
-    for mount in mounts { mount.stop() }
-    server?.stop()
-    try? FileManager.default.removeItem(atPath: directory)
-  }
+  override func tearDown() { fixture.tearDown() }
 
   /// Starts (or restarts) 9bbsd on the same socket and data directory.
   func startServer() throws {
-    let child = ChildProcess(
-      BuiltProducts.path(of: "9bbsd"),
-      [
-        "--listen", "unix!" + serverSocket, "--rooms", "lobby,tech", "--data", dataDirectory,
-        "--log-level", "debug",
-      ])
-    try child.start()
-    guard waitUntil(timeout: 10, { child.text.contains("listening on") || !child.isRunning }),
-      child.isRunning
-    else {
-      child.stop()
-      throw HarnessError("9bbsd did not start: \(child.text)")
-    }
-    server = child
+    try fixture.startServer(
+      listening: ["unix!" + fixture.serverSocket], extra: ["--log-level", "debug"])
   }
 
-  func killServer() {
-    server?.signal(SIGKILL)
-    server?.wait(timeout: 5)
-  }
-
-  /// Mounts with a private outbox directory and a short keepalive.
+  /// Mounts with a short keepalive, every mount's outbox in one state directory (a daemon that
+  /// restarts finds its predecessor's).
   func mount(_ address: String, options: [String] = [], name: String = "mnt") throws -> String {
-    let mountpoint = directory + "/" + name
-    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
-    let mount = try MountProcess(
-      address: address, mountpoint: mountpoint, options: ["keepalive=1"] + options,
-      environment: ["XDG_STATE_HOME": stateDirectory])
-    mounts.append(mount)
-    return mountpoint
-  }
-
-  func startReader(_ command: String) throws -> ChildProcess {
-    let child = ChildProcess("/bin/sh", ["-c", command])
-    try child.start()
-    background.append(child)
-    return child
-  }
-
-  func status(_ mountpoint: String) -> [String: Any]? { statusJSON(of: mountpoint) }
-
-  func linkState(_ mountpoint: String) -> String? {
-    (status(mountpoint)?["link"] as? [String: Any])?["state"] as? String
+    try fixture.mount(
+      address, options: ["keepalive=1"] + options, name: name,
+      stateDirectory: fixture.directory + "/state")
   }
 
   /// Lines of the form "wN k" in `text`, checked for completeness, order and duplicates.
@@ -105,25 +61,26 @@ final class ResilienceTests: XCTestCase {
   /// with SIGKILL in the middle and restarted: every reader gets every post exactly once, in
   /// each writer's order, and no reader sees an error or end-of-file.
   func testServerKilledAndRestartedUnderLoad() throws {
-    let mnt = try mount("unix!" + serverSocket)
+    let mnt = try mount("unix!" + fixture.serverSocket)
     var readers: [ChildProcess] = []
     for index in 0..<5 {
       readers.append(
-        try startReader("exec tail -f -s 0.2 \(mnt)/chat/lobby 2>\(directory)/tail\(index).err"))
+        try fixture.startBackground(
+          "exec tail -f -s 0.2 \(mnt)/chat/lobby 2>\(fixture.directory)/tail\(index).err"))
     }
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "up" })
     var writers: [ChildProcess] = []
     for writer in 1...3 {
       writers.append(
-        try startReader(
+        try fixture.startBackground(
           "for n in $(seq 200); do echo \"w\(writer) $n\" > \(mnt)/chat/post || echo FAIL $n >&2; done"
         ))
     }
     // Kill the server while the posts flow, bring it back a moment later.
     XCTAssertTrue(waitUntil(timeout: 30) { readers[0].text.contains("w1 40") })
-    killServer()
+    fixture.killServer()
     XCTAssertTrue(
-      waitUntil(timeout: 10) { self.linkState(mnt) == "down" }, "the outage was not seen")
+      waitUntil(timeout: 10) { self.linkState(of: mnt) == "down" }, "the outage was not seen")
     Thread.sleep(forTimeInterval: 0.5)  // posts made now go to the outbox
     try startServer()
     for writer in writers {
@@ -145,48 +102,44 @@ final class ResilienceTests: XCTestCase {
       XCTAssertTrue(reader.isRunning, "reader \(index) ended")
       assertEveryPostOnce(reader.text, writers: 3, posts: 200, "reader \(index)")
       let errors =
-        (try? String(contentsOfFile: "\(directory)/tail\(index).err", encoding: .utf8)) ?? ""
+        (try? String(contentsOfFile: "\(fixture.directory)/tail\(index).err", encoding: .utf8))
+        ?? ""
       XCTAssertEqual(errors, "", "reader \(index) saw an error")
     }
-    let report = status(mnt)
+    let report = statusJSON(of: mnt)
     XCTAssertGreaterThanOrEqual((report?["link"] as? [String: Any])?["reconnects"] as? Int ?? 0, 1)
   }
 
   /// Posts made while the server is down are stored, and delivered once it is back; posts
   /// still stored when the daemon dies go out from the next mount of the same BBS.
   func testPostsWhileDownSurviveTheServerAndTheDaemon() throws {
-    let mnt = try mount("unix!" + serverSocket)
-    let reader = try startReader("exec tail -f -s 0.2 \(mnt)/chat/lobby")
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
-    killServer()
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "down" })
+    let mnt = try mount("unix!" + fixture.serverSocket)
+    let reader = try fixture.startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "up" })
+    fixture.killServer()
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "down" })
     for text in ["offline one", "offline two"] {
       XCTAssertEqual(
         try shell("echo '\(text)' > \(mnt)/chat/post").status, 0, "offline post refused")
     }
-    XCTAssertEqual((status(mnt)?["outbox"] as? Int), 2)
+    XCTAssertEqual((statusJSON(of: mnt)?["outbox"] as? Int), 2)
     try startServer()
     XCTAssertTrue(
       waitUntil(timeout: 30) { reader.text.contains("offline two") },
       "stored posts not delivered: \(reader.text)")
     XCTAssertTrue(reader.text.contains("offline one"))
-    XCTAssertTrue(waitUntil(timeout: 10) { (self.status(mnt)?["outbox"] as? Int) == 0 })
+    XCTAssertTrue(waitUntil(timeout: 10) { (self.statusJSON(of: mnt)?["outbox"] as? Int) == 0 })
 
     // Now the daemon dies with a post stored: the next mount sends it.
-    killServer()
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "down" })
+    fixture.killServer()
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "down" })
     XCTAssertEqual(try shell("echo 'left behind' > \(mnt)/chat/post").status, 0)
     reader.stop(grace: 1)
-    mounts.removeAll { mount in
-      mount.child.signal(SIGKILL)
-      mount.child.wait(timeout: 5)
-      mount.stop()
-      return true
-    }
+    fixture.crashMounts()
     XCTAssertFalse(isMounted(mnt))
     try startServer()
-    let again = try mount("unix!" + serverSocket, name: "again")
-    let second = try startReader("exec tail -f -s 0.2 \(again)/chat/lobby")
+    let again = try mount("unix!" + fixture.serverSocket, name: "again")
+    let second = try fixture.startBackground("exec tail -f -s 0.2 \(again)/chat/lobby")
     XCTAssertTrue(
       waitUntil(timeout: 30) { second.text.contains("left behind") },
       "the post left in the outbox was not sent by the next mount: \(second.text)")
@@ -194,18 +147,19 @@ final class ResilienceTests: XCTestCase {
 
   /// `-o outbox=off`: an offline post fails at once instead of waiting.
   func testOfflinePostFailsWithoutOutbox() throws {
-    let mnt = try mount("unix!" + serverSocket, options: ["outbox=off"])
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
+    let mnt = try mount("unix!" + fixture.serverSocket, options: ["outbox=off"])
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "up" })
     let online = try shell("echo 'online' > \(mnt)/chat/post")
-    XCTAssertEqual(online.status, 0, "\(online.output)\n\(mounts.first?.child.text ?? "")")
-    killServer()
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "down" })
+    XCTAssertEqual(online.status, 0, "\(online.output)\n\(fixture.mounts.first?.child.text ?? "")")
+    fixture.killServer()
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "down" })
     let started = Date()
     // coreutils echo names the errno (dash's builtin says "I/O error" for any failure).
     let result = try shell("/bin/echo 'nowhere' > \(mnt)/chat/post", timeout: 20)
     XCTAssertNotEqual(result.status, 0)
     XCTAssertTrue(
-      result.output.contains("not connected"), "\(result.output)\n\(mounts.first?.child.text ?? "")"
+      result.output.contains("not connected"),
+      "\(result.output)\n\(fixture.mounts.first?.child.text ?? "")"
     )
     XCTAssertLessThan(Date().timeIntervalSince(started), 5)
   }
@@ -215,16 +169,17 @@ final class ResilienceTests: XCTestCase {
   /// shows the outage, then the recovery.
   func testInterruptUnmountAndStatusWhileLinkIsDown() throws {
     let proxy = try FaultProxy(
-      listen: .unix(path: directory + "/proxy.sock"), server: .unix(path: serverSocket))
+      listen: .unix(path: fixture.directory + "/proxy.sock"),
+      server: .unix(path: fixture.serverSocket))
     defer { proxy.stop() }
-    let mnt = try mount("unix!" + directory + "/proxy.sock")
+    let mnt = try mount("unix!" + fixture.directory + "/proxy.sock")
     XCTAssertEqual(try shell("ls \(mnt)/etc").output.contains("motd"), true)
-    let cat = try startReader("exec cat \(mnt)/chat/lobby")
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
+    let cat = try fixture.startBackground("exec cat \(mnt)/chat/lobby")
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "up" })
 
     proxy.setRefusing(true)
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "down" }, "outage not seen")
-    let report = status(mnt)
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "down" }, "outage not seen")
+    let report = statusJSON(of: mnt)
     XCTAssertNotNil((report?["link"] as? [String: Any])?["reason"] as? String)
 
     // The reader waits (no EOF, no error) and Ctrl-C ends it at once.
@@ -243,14 +198,14 @@ final class ResilienceTests: XCTestCase {
 
     // Recovery shows in status.
     proxy.setRefusing(false)
-    XCTAssertTrue(waitUntil(timeout: 40) { self.linkState(mnt) == "up" }, "no recovery")
+    XCTAssertTrue(waitUntil(timeout: 40) { self.linkState(of: mnt) == "up" }, "no recovery")
     XCTAssertGreaterThanOrEqual(
-      ((status(mnt)?["link"] as? [String: Any])?["reconnects"] as? Int) ?? 0, 1)
+      ((statusJSON(of: mnt)?["link"] as? [String: Any])?["reconnects"] as? Int) ?? 0, 1)
 
     // Down again, with a reader blocked: unmount is prompt.
-    _ = try startReader("exec cat \(mnt)/chat/lobby")
+    _ = try fixture.startBackground("exec cat \(mnt)/chat/lobby")
     proxy.setRefusing(true)
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "down" })
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "down" })
     let unmounting = Date()
     let result = try shell("\(BuiltProducts.path(of: "mount9bbs")) -u \(mnt)", timeout: 20)
     XCTAssertEqual(result.status, 0, result.output)
@@ -262,11 +217,12 @@ final class ResilienceTests: XCTestCase {
   /// unanswered): the mount notices, reconnects, and chat goes on.
   func testCutMidMessageAndStalledLinkRecover() throws {
     let proxy = try FaultProxy(
-      listen: .unix(path: directory + "/proxy.sock"), server: .unix(path: serverSocket))
+      listen: .unix(path: fixture.directory + "/proxy.sock"),
+      server: .unix(path: fixture.serverSocket))
     defer { proxy.stop() }
-    let mnt = try mount("unix!" + directory + "/proxy.sock")
-    let reader = try startReader("exec tail -f -s 0.2 \(mnt)/chat/lobby")
-    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(mnt) == "up" })
+    let mnt = try mount("unix!" + fixture.directory + "/proxy.sock")
+    let reader = try fixture.startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
+    XCTAssertTrue(waitUntil(timeout: 10) { self.linkState(of: mnt) == "up" })
 
     proxy.cutMidMessage()
     XCTAssertEqual(try shell("echo 'across a cut' > \(mnt)/chat/post", timeout: 30).status, 0)
@@ -274,10 +230,10 @@ final class ResilienceTests: XCTestCase {
 
     proxy.setStalled(true)
     XCTAssertTrue(
-      waitUntil(timeout: 20) { self.linkState(mnt) == "down" },
+      waitUntil(timeout: 20) { self.linkState(of: mnt) == "down" },
       "a stalled link was not detected by keepalives")
     proxy.setStalled(false)
-    XCTAssertTrue(waitUntil(timeout: 40) { self.linkState(mnt) == "up" })
+    XCTAssertTrue(waitUntil(timeout: 40) { self.linkState(of: mnt) == "up" })
     XCTAssertEqual(try shell("echo 'after the stall' > \(mnt)/chat/post", timeout: 30).status, 0)
     XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("after the stall") }, reader.text)
     XCTAssertEqual(reader.text.components(separatedBy: "across a cut").count, 2, "duplicated line")

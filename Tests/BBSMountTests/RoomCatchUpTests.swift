@@ -35,12 +35,12 @@ final class RoomCatchUpTests: XCTestCase {
   func testOpenWithTheServerGoneAnswersWithHistoryAfterABoundedWait() throws {
     let rig = try MountRig.start(.multiplexTCP, for: self)
     let state = try makeTemporaryDirectory("mount9bbs-state")
-    let away = try mountAway(rig, state: state)
+    let away = try rig.mountAway(as: "ada", state: state, for: self)
     try post(away.mountpoint, "kept on disk")
     let seen = try sh("timeout 10 head -n 1 \(away.mountpoint)/chat/lobby")
     away.stop()
 
-    let back = try mountAway(rig, state: state)
+    let back = try rig.mountAway(as: "ada", state: state, for: self)
     // Listed while the server was there: the open, not the lookup, meets the dead link.
     try sh("ls \(back.mountpoint)/chat")
     rig.server.stop()
@@ -60,7 +60,7 @@ final class RoomCatchUpTests: XCTestCase {
   private func remountedRoomShowsWhatWasSaidWhileAway(_ setup: Setup) throws {
     let rig = try MountRig.start(setup, for: self)
     let state = try makeTemporaryDirectory("mount9bbs-state")
-    let first = try mountAway(rig, state: state)
+    let first = try rig.mountAway(as: "ada", state: state, for: self)
     for line in ["before one", "before two", "before three"] {
       try post(first.mountpoint, line)
     }
@@ -71,7 +71,7 @@ final class RoomCatchUpTests: XCTestCase {
     let said = (1...5).map { "while away \($0)" }
     for line in said { try post(rig.mountpoint, line) }
 
-    let back = try mountAway(rig, state: state)
+    let back = try rig.mountAway(as: "ada", state: state, for: self)
     for attempt in 1...3 {
       let started = Date()
       let shown = try sh("timeout 10 tail -n 5 \(back.mountpoint)/chat/lobby")
@@ -116,17 +116,6 @@ final class RoomCatchUpTests: XCTestCase {
     XCTAssertEqual(bodies(last), ["bob: fourth"])
     XCTAssertEqual(size(), before + Array(last.utf8).count)
     rig.assertNoViolations()
-  }
-
-  /// Another mount of the rig's server as `ada`, keeping its state (history) in `state`.
-  private func mountAway(_ rig: MountRig, state: String) throws -> MountProcess {
-    let mountpoint = rig.directory + "/away"
-    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
-    let mount = try MountProcess(
-      address: rig.server.address, mountpoint: mountpoint, options: ["uname=ada"],
-      environment: ["XDG_STATE_HOME": state])
-    addTeardownBlock { mount.stop() }
-    return mount
   }
 
   private func post(_ mountpoint: String, _ text: String, room: String = "lobby") throws {

@@ -156,14 +156,14 @@ final class RoomLogTests: XCTestCase {
   private func showsWhatWasSaidWhileAway(_ setup: Setup) throws {
     let rig = try MountRig.start(setup, for: self)
     let state = try makeTemporaryDirectory("mount9bbs-state")
-    let first = try mountAway(rig, state: state)
+    let first = try rig.mountAway(as: "ada", state: state, for: self)
     try sh("echo 'before' > \(first.mountpoint)/chat/lobby")
     _ = try sh("timeout 10 head -n 1 \(first.mountpoint)/chat/lobby")
     first.stop()
     let said = (1...5).map { "while away \($0)" }
     for line in said { try sh("echo '\(line)' > \(rig.path("chat/lobby"))") }
 
-    let back = try mountAway(rig, state: state)
+    let back = try rig.mountAway(as: "ada", state: state, for: self)
     let log = back.mountpoint + "/chat/log/lobby"
     let started = Date()
     let shown = try sh("timeout 10 cat \(log)")
@@ -172,16 +172,5 @@ final class RoomLogTests: XCTestCase {
       chatLines(shown).map(\.description), ["ada: before"] + said.map { "root: " + $0 })
     XCTAssertEqual(try sh("timeout 10 wc -l < \(log)"), "6\n")
     rig.assertNoViolations()
-  }
-
-  /// Another mount of the rig's server as `ada`, keeping its state (history) in `state`.
-  private func mountAway(_ rig: MountRig, state: String) throws -> MountProcess {
-    let mountpoint = rig.directory + "/away"
-    try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
-    let mount = try MountProcess(
-      address: rig.server.address, mountpoint: mountpoint, options: ["uname=ada"],
-      environment: ["XDG_STATE_HOME": state])
-    addTeardownBlock { mount.stop() }
-    return mount
   }
 }

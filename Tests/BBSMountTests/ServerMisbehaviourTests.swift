@@ -5,18 +5,9 @@ import XCTest
 /// A real `mount9bbs -f` of a ``HostileServer`` with a short request timeout: `timeout=`
 /// bounds what a user waits for one operation, and what a server once said wrongly is not held
 /// against it after it stops.
-final class ServerMisbehaviourTests: XCTestCase {
-  private var server: HostileServer!
-  private var mount: MountProcess!
-
-  /// The mount's `timeout=`, in seconds.
-  private static let requestTimeout = 3
-
-  override func setUpWithError() throws {
-    (server, mount) = try mountHostileServer(timeout: Self.requestTimeout)
-  }
-
-  private func path(_ relative: String) -> String { mount.mountpoint + "/" + relative }
+final class ServerMisbehaviourTests: HostileServerTestCase {
+  /// The mount's `timeout=`, in seconds: short, the subject of these tests.
+  override class var requestTimeout: Int { 3 }
 
   /// Runs `command` in a shell and returns its status, output and how long it took.
   private func timed(_ command: String) throws -> (status: Int32, output: String, seconds: Double) {

@@ -10,7 +10,6 @@ import XCTest
 /// attach, every error string, the per-session limit of 4, guests, nicknames, sysops, and chat
 /// cursors keyed by identity.
 final class AuthenticationTests: ServerTestCase {
-  private var address = ""
   private let alice = PrivateKey.generate(.ed25519)
   private let bob = PrivateKey.generate(.p256)
 
@@ -23,14 +22,12 @@ final class AuthenticationTests: ServerTestCase {
     configuration.auth = auth
     configure(&configuration)
     let server = try BBSServer(configuration: configuration)
-    self.server = server
-    address = try XCTUnwrap(server.start().first)
+    try start(server)
   }
 
   /// A connected client that has negotiated the version.
   private func client() throws -> WireClient {
-    let client = try WireClient(address)
-    clients.append(client)
+    let client = try dial()
     guard
       case .rversion = try client.rpc(.tversion(msize: 8192, version: "9P2000"), tag: NineP.noTag)
     else { throw TestError.unexpected("Rversion") }

@@ -8,28 +8,17 @@ import XCTest
 
 /// `--profile device` over seqpacket: a real board's limits, quirks and wire discipline.
 final class DeviceProfileTests: ServerTestCase {
-  private var address = ""
-
   private func startServer(processingDelay: Duration = .zero) throws {
     directory = try makeTemporaryDirectory("9bbs-dev")
     let configuration = BBSServerConfiguration(
       listen: ["seqpacket!\(directory)/bbs.sock"], profile: .device, rooms: ["lobby"],
       processingDelay: processingDelay)
     let server = try BBSServer(configuration: configuration)
-    self.server = server
-    address = try XCTUnwrap(server.start().first)
-  }
-
-  private func connect(_ uname: String = "alice") throws -> WireClient {
-    let client = try WireClient(address)
-    clients.append(client)
-    try client.handshake(uname: uname)
-    return client
+    try start(server)
   }
 
   private func rawClient() throws -> (WireClient, SocketTransport) {
-    let client = try WireClient(address)
-    clients.append(client)
+    let client = try dial()
     return (client, try XCTUnwrap(client.socket))
   }
 
@@ -176,8 +165,7 @@ final class DeviceProfileTests: ServerTestCase {
   func testFifthSessionIsRefused() throws {
     try startServer()
     for index in 0..<4 { _ = try connect("user\(index)") }
-    let extra = try WireClient(address)
-    clients.append(extra)
+    let extra = try dial()
     XCTAssertTrue(extra.waitForDisconnect())
   }
 }

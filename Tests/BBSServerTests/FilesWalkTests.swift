@@ -9,7 +9,6 @@ import XCTest
 /// PATH_MAX below the root, names longer than NAME_MAX, and symbolic links that try to
 /// leave the area.
 final class FilesWalkTests: ServerTestCase {
-  private var address = ""
   /// The directory served under /files.
   private var files = ""
   /// A directory next to the area that no walk may reach.
@@ -33,15 +32,7 @@ final class FilesWalkTests: ServerTestCase {
     let server = try BBSServer(
       configuration: BBSServerConfiguration(
         listen: ["tcp!127.0.0.1!0"], filesDirectory: files, filesWritable: true))
-    self.server = server
-    address = try XCTUnwrap(server.start().first)
-  }
-
-  private func connect() throws -> WireClient {
-    let client = try WireClient(address)
-    clients.append(client)
-    try client.handshake(uname: "alice")
-    return client
+    try start(server)
   }
 
   /// Walks fid 0 to `names` on `fid`, 16 names a message (MAXWELEM); whether all were walked.

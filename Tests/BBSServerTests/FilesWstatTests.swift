@@ -7,7 +7,6 @@ import XCTest
 /// Twstat and Tremove on the `--files` area (default profile) over TCP, checked against the
 /// real files on disk.
 final class FilesWstatTests: ServerTestCase {
-  private var address = ""
   /// The directory served under /files.
   private var files = ""
 
@@ -24,15 +23,7 @@ final class FilesWstatTests: ServerTestCase {
     let server = try BBSServer(
       configuration: BBSServerConfiguration(
         listen: [listen], profile: profile, filesDirectory: files, filesWritable: writable))
-    self.server = server
-    address = try XCTUnwrap(server.start().first)
-  }
-
-  private func connect() throws -> WireClient {
-    let client = try WireClient(address)
-    clients.append(client)
-    try client.handshake(uname: "alice")
-    return client
+    try start(server)
   }
 
   /// Walks fid 0 to `path` on `fid`.

@@ -8,22 +8,12 @@ import XCTest
 
 /// `--profile gen1` over TCP: the Gen-1 board (9p4z's 9BBS at 9aa8a00) and its quirks.
 final class Gen1ProfileTests: ServerTestCase {
-  private var address = ""
-
   private func startServer(_ configure: (inout BBSServerConfiguration) -> Void = { _ in }) throws {
     var configuration = BBSServerConfiguration(
       listen: ["tcp!127.0.0.1!0"], profile: .gen1, rooms: ["lobby", "tech"])
     configure(&configuration)
     let server = try BBSServer(configuration: configuration)
-    self.server = server
-    address = try XCTUnwrap(server.start().first)
-  }
-
-  private func connect(_ uname: String = "alice", msize: UInt32 = 8192) throws -> WireClient {
-    let client = try WireClient(address)
-    clients.append(client)
-    try client.handshake(uname: uname, msize: msize)
-    return client
+    try start(server)
   }
 
   /// One Tread on `fid`, which must come back (as anything) within `timeout`.
@@ -145,8 +135,7 @@ final class Gen1ProfileTests: ServerTestCase {
 
   func testVersionRepliesAreTaggedNotag() throws {
     try startServer()
-    let client = try WireClient(address)
-    clients.append(client)
+    let client = try dial()
     try client.send(.tversion(msize: 65536, version: "9P2000"), tag: 7)
     XCTAssertEqual(
       try client.reply(tag: NineP.noTag), .rversion(msize: 8192, version: "9P2000"))

@@ -184,21 +184,11 @@ final class HostileClientDaemonTests: XCTestCase {
 
 /// Hostile clients against an in-process server.
 final class HostileClientTests: ServerTestCase {
-  private var address = ""
-
   private func startServer(_ configure: (inout BBSServerConfiguration) -> Void = { _ in }) throws {
     var configuration = BBSServerConfiguration(listen: ["tcp!127.0.0.1!0"], rooms: ["lobby"])
     configure(&configuration)
     let server = try BBSServer(configuration: configuration)
-    self.server = server
-    address = try XCTUnwrap(server.start().first)
-  }
-
-  private func connect(_ uname: String, msize: UInt32 = 8192) throws -> WireClient {
-    let client = try WireClient(address)
-    clients.append(client)
-    try client.handshake(uname: uname, msize: msize)
-    return client
+    try start(server)
   }
 
   /// One post is one line: an embedded newline makes a second post by the same author, never
@@ -229,8 +219,7 @@ final class HostileClientTests: ServerTestCase {
         == true, text)
 
     // Nor can an unverified uname carry a line break into the author field.
-    let forger = try WireClient(address)
-    clients.append(forger)
+    let forger = try dial()
     _ = try forger.rpc(.tversion(msize: 8192, version: "9P2000"), tag: NineP.noTag)
     XCTAssertEqual(
       try forger.rpc(

@@ -14,14 +14,10 @@ final class MaxConnectionsTests: ServerTestCase {
     let server = try BBSServer(
       configuration: BBSServerConfiguration(
         listen: [listen], profile: profile, connectionLimit: .backlog(1)))
-    self.server = server
-    let address = try XCTUnwrap(server.start().first)
-    let first = try WireClient(address)
-    clients.append(first)
-    try first.handshake(uname: "alice")
+    try start(server)
+    let first = try connect()
 
-    let second = try WireClient(address)  // connects: the kernel's backlog holds it
-    clients.append(second)
+    let second = try dial()  // connects: the kernel's backlog holds it
     try second.send(.tversion(msize: 8192, version: "9P2000"), tag: NineP.noTag)
     XCTAssertNil(
       second.reply(tag: NineP.noTag, ifWithin: 0.5), "answered while the first client is on")

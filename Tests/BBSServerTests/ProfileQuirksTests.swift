@@ -7,23 +7,13 @@ import XCTest
 /// What a board message and `/etc/nets` look like over the wire: the default profile without
 /// a device's quirks, the device profile with them.
 final class ProfileQuirksTests: ServerTestCase {
-  private var address = ""
-
   private func startServer(_ profile: BBSProfile) throws {
     directory = try makeTemporaryDirectory("9bbs-quirks")
     let listen = profile == .standard ? "tcp!127.0.0.1!0" : "seqpacket!\(directory)/bbs.sock"
     let server = try BBSServer(
       configuration: BBSServerConfiguration(listen: [listen], profile: profile),
       clock: ManualBoardClock(wallMillis: 1_738_005_432_123, uptimeMillis: 5000))
-    self.server = server
-    address = try XCTUnwrap(server.start().first)
-  }
-
-  private func connect() throws -> WireClient {
-    let client = try WireClient(address)
-    clients.append(client)
-    try client.handshake(uname: "alice")
-    return client
+    try start(server)
   }
 
   /// Posts `text` as a message in lobby and returns (what a listing says, what a read gives).

@@ -8,22 +8,12 @@ import XCTest
 
 /// The default ("multiplex") profile over real TCP sockets.
 final class ServerTests: ServerTestCase {
-  private var address = ""
-
   private func startServer(_ configure: (inout BBSServerConfiguration) -> Void = { _ in }) throws {
     var configuration = BBSServerConfiguration(
       listen: ["tcp!127.0.0.1!0"], rooms: ["lobby", "tech"], motd: "Hello from the test")
     configure(&configuration)
     let server = try BBSServer(configuration: configuration)
-    self.server = server
-    address = try XCTUnwrap(server.start().first)
-  }
-
-  private func connect(_ uname: String = "alice", aname: String = "") throws -> WireClient {
-    let client = try WireClient(address)
-    clients.append(client)
-    try client.handshake(uname: uname, aname: aname)
-    return client
+    try start(server)
   }
 
   private func lines(_ message: Message) -> String {
@@ -35,8 +25,7 @@ final class ServerTests: ServerTestCase {
 
   func testVersionAuthAttachAndReadMotd() throws {
     try startServer()
-    let client = try WireClient(address)
-    clients.append(client)
+    let client = try dial()
     XCTAssertEqual(
       try client.rpc(.tversion(msize: 1 << 30, version: "9P2000"), tag: NineP.noTag),
       .rversion(msize: UInt32(NineP.defaultMessageSize), version: "9P2000"))
@@ -67,8 +56,7 @@ final class ServerTests: ServerTestCase {
 
   func testAttachBeforeVersionIsRefused() throws {
     try startServer()
-    let client = try WireClient(address)
-    clients.append(client)
+    let client = try dial()
     // Plan 9 servers serve nothing before Tversion; the session then works as usual.
     XCTAssertEqual(
       try client.rpc(.tattach(fid: 0, afid: NineP.noFid, uname: "alice", aname: "")),

@@ -11,7 +11,11 @@
 import Foundation
 import Glibc
 
-extension Bench {
+struct LargeFileSection: BenchSection {
+  static let name = "cat"
+  static let usesLoopbackServer = true
+  let rig: BenchRig
+
   /// A file system the section reads from and writes to.
   struct LargeFileTarget {
     var name: String
@@ -29,40 +33,38 @@ extension Bench {
     var arguments: (String) -> [String]
   }
 
-  func largeFileSection() throws {
+  func run() throws {
+    let settings = rig.settings
+    let work = rig.work
+    let area = rig.area
+    let largeSize = rig.largeSize
     let section = "1 large file \(settings.sizeMiB) MiB"
     var targets: [LargeFileTarget] = []
     var mounts: [MountedFS] = []
-    defer { mounts.forEach { unmount($0) } }
+    defer { mounts.forEach { rig.unmount($0) } }
 
-    let ours = try mountServer("mnt", address: "tcp!127.0.0.1!\(serverPort)")
+    let ours = try rig.mount("mnt", address: rig.loopbackMountAddress)
     mounts.append(ours)
     targets.append(
       LargeFileTarget(
         name: "mount9bbs", file: ours.mountpoint + "/files/big.bin",
         writeDirectory: ours.mountpoint + "/files", isPassthrough: false))
     if let baseline = settings.baseline {
-      let fs = try mountServer(
-        "mnt-base", address: "tcp!127.0.0.1!\(serverPort)", binary: baseline)
+      let fs = try rig.mount("mnt-base", address: rig.loopbackMountAddress, binary: baseline)
       mounts.append(fs)
       targets.append(
         LargeFileTarget(
           name: "baseline", file: fs.mountpoint + "/files/big.bin",
           writeDirectory: fs.mountpoint + "/files", isPassthrough: false))
     }
-    if let binary = buildPassthrough() {
+    if let binary = rig.buildPassthrough() {
       for cache in ["auto", "never"] {
-        let mountpoint = work + "/bare-\(cache)"
-        if let fs = try? MountedFS.start(
-          binary, ["-f", "-o", "source=\(area),cache=\(cache)", mountpoint],
-          mountpoint: mountpoint, kind: "passthrough_ll",
-          log: work + "/passthrough_ll-\(cache).log")
-        {
+        if let fs = rig.mountPassthrough(binary, cache: cache) {
           mounts.append(fs)
           targets.append(
             LargeFileTarget(
-              name: "passthrough_ll cache=\(cache)", file: mountpoint + "/big.bin",
-              writeDirectory: mountpoint, isPassthrough: true))
+              name: "passthrough_ll cache=\(cache)", file: fs.mountpoint + "/big.bin",
+              writeDirectory: fs.mountpoint, isPassthrough: true))
         }
       }
     }
@@ -98,7 +100,7 @@ extension Bench {
         }
       }
       for target in targets {
-        let name = "copy-\(run)-\(target.isPassthrough ? "bare" : "ours")-\(nextToken()).bin"
+        let name = "copy-\(run)-\(target.isPassthrough ? "bare" : "ours")-\(rig.nextToken()).bin"
         dropCaches()
         if let (status, seconds) = try? Supervisor.shared.run(
           "/bin/cp", [area + "/big.bin", target.writeDirectory + "/" + name], timeout: 300,
@@ -125,7 +127,7 @@ extension Bench {
     let passthroughs = targets.filter(\.isPassthrough).map(\.name)
     func report(_ label: String, _ values: [String: [Double]]) {
       for target in targets {
-        add(
+        rig.report.add(
           Row(
             section, "\(label): \(target.name)", Stats.median(values[target.name] ?? []), "MB/s",
             "median of \(values[target.name]?.count ?? 0)"))
@@ -138,7 +140,7 @@ extension Bench {
         // Each round's own ratio too: a load that comes and goes hits a round's reads alike.
         let perRound = zip(values[target.name] ?? [], values[best] ?? []).map { $0 / $1 }
         let perRoundText = Stats.median(perRound).map { String(format: "%.3f", $0) } ?? "n/a"
-        add(
+        rig.report.add(
           Row(
             section, "\(label): \(target.name) / passthrough_ll",
             Stats.ratio(
@@ -154,7 +156,7 @@ extension Bench {
     let tcp = (1...min(3, settings.runs)).compactMap { _ in
       loopbackTCPRate(bytes: max(largeSize, 256 << 20))
     }
-    add(Row(section, "loopback TCP bulk", Stats.median(tcp), "MB/s", "reference"))
+    rig.report.add(Row(section, "loopback TCP bulk", Stats.median(tcp), "MB/s", "reference"))
   }
 
   /// Whether two files hold the same bytes.

@@ -5,43 +5,41 @@ import NinePClient
 import NinePProtocol
 import NinePTransport
 
-// MARK: - 8. chat scripts and catch-up
+// Section 8: chat scripts and catch-up.
 
-extension Bench {
-  /// What scripts and returning users meet: `examples/ping-bot.sh` answering `!ping` (the
-  /// round trip seen from a second mount), and what `tail -n N` shows right after a remount
-  /// of the lines said while away, and how long that open took, on loopback and over the
-  /// emulated BLE link.
-  func scriptsSection() throws {
+/// What scripts and returning users meet: `examples/ping-bot.sh` answering `!ping` (the round
+/// trip seen from a second mount), and what `tail -n N` shows right after a remount of the
+/// lines said while away, and how long that open took, on loopback and over the emulated BLE
+/// link.
+struct ScriptsSection: BenchSection {
+  static let name = "scripts"
+  static let usesLoopbackServer = true
+  let rig: BenchRig
+
+  func run() throws {
     let section = "8 chat scripts and catch-up"
+    let report = rig.report
     try pingBotRows(section)
     let away = 10
     do {
       let outcome = try catchUp(
-        address: "tcp!127.0.0.1!\(serverPort)", poster: serverAddress, profile: .multiplex,
+        address: rig.loopbackMountAddress, poster: rig.loopbackAddress, profile: .multiplex,
         room: "r01", lines: away, label: "loopback")
-      add(outcome.shownRow(section, "loopback", away: away))
-      add(outcome.timeRow(section, "loopback"))
+      report.add(outcome.shownRow(section, "loopback", away: away))
+      report.add(outcome.timeRow(section, "loopback"))
     }
     do {
-      let sdu = settings.bleSDU
-      let (pid, socket) = try startDeviceServer(
-        "catchup-board", rooms: ["r0"], sdu: sdu, seeded: true)
-      defer { Supervisor.shared.stop(pid) }
-      let board = TransportAddress.seqpacket(path: socket, sduLimit: sdu)
-      let profile = LinkProfile(
-        roundTrip: .microseconds(Int64(settings.bleRTTms * 1000)),
-        bytesPerSecond: settings.bleRate, sduSize: sdu)
-      let link = try LinkEmulator(
-        listen: .seqpacket(path: work + "/catchup-ble.sock", sduLimit: sdu),
-        server: board, profile: profile)
-      link.start()
+      let board = try rig.startBoard(
+        "catchup-board", rooms: ["r0"], sdu: rig.settings.bleSDU, seeded: true)
+      defer { board.stop() }
+      let profile = rig.bleProfile(sdu: board.sdu)
+      let link = try rig.startLink("catchup-ble", to: board, profile: profile)
       defer { link.close() }
       let outcome = try catchUp(
-        address: "seqpacket!\(work)/catchup-ble.sock!\(sdu)", poster: board, profile: .device,
-        room: "r0", lines: away, label: "BLE")
-      add(outcome.shownRow(section, "BLE", away: away, note: "link \(profile)"))
-      add(outcome.timeRow(section, "BLE", note: "link \(profile)"))
+        address: link.mountAddress, poster: board.address, profile: .device, room: "r0",
+        lines: away, label: "BLE")
+      report.add(outcome.shownRow(section, "BLE", away: away, note: "link \(profile)"))
+      report.add(outcome.timeRow(section, "BLE", note: "link \(profile)"))
     }
   }
 
@@ -52,21 +50,21 @@ extension Bench {
   /// `pong` line on the second mount's room file.
   private func pingBotRows(_ section: String) throws {
     guard let script = pingBotScript() else {
-      add(
+      rig.report.add(
         Row(
           section, "ping-bot round trip p50, loopback", nil, "ms", "examples/ping-bot.sh not found")
       )
       return
     }
     let room = "r02"
-    let botMount = try mountServer("mnt-bot", address: "tcp!127.0.0.1!\(serverPort)")
-    defer { unmount(botMount) }
-    let pinger = try mountServer("mnt-pinger", address: "tcp!127.0.0.1!\(serverPort)")
-    defer { unmount(pinger) }
+    let botMount = try rig.mount("mnt-bot", address: rig.loopbackMountAddress)
+    defer { rig.unmount(botMount) }
+    let pinger = try rig.mount("mnt-pinger", address: rig.loopbackMountAddress)
+    defer { rig.unmount(pinger) }
     // setsid: the script, its tail and its loop form one process group, stopped together.
     let bot = try Supervisor.shared.spawn(
       "/usr/bin/setsid", ["/bin/sh", script, botMount.mountpoint, room],
-      log: work + "/ping-bot.log")
+      log: rig.work + "/ping-bot.log")
     defer {
       kill(-bot, SIGKILL)
       Supervisor.shared.wait(bot, timeout: 3)
@@ -86,12 +84,13 @@ extension Bench {
         != nil
     }
     guard ready else {
-      add(Row(section, "ping-bot round trip p50, loopback", nil, "ms", "the bot never answered"))
+      rig.report.add(
+        Row(section, "ping-bot round trip p50, loopback", nil, "ms", "the bot never answered"))
       return
     }
     usleep(1_500_000)
     var latencies: [Double] = []
-    let pings = settings.peoplePosts
+    let pings = rig.settings.peoplePosts
     for index in 1...pings {
       let at = Clock.now
       try post("!ping \(index)", to: roomFile)
@@ -110,8 +109,9 @@ extension Bench {
     let detail =
       "\(latencies.count)/\(pings) answered within 1.5 s; pings 1.5–2 s apart from a second mount"
       + String(format: "; max %.1f ms", latencies.max() ?? .nan)
-    add(Row(section, "ping-bot round trip p50, loopback", p50, "ms", detail + "; target ≤ 20 ms"))
-    add(Row(section, "ping-bot round trip p95, loopback", p95, "ms", detail))
+    rig.report.add(
+      Row(section, "ping-bot round trip p50, loopback", p50, "ms", detail + "; target ≤ 20 ms"))
+    rig.report.add(Row(section, "ping-bot round trip p95, loopback", p95, "ms", detail))
   }
 
   /// `examples/ping-bot.sh` of the source tree the bench runs in or was built in.
@@ -149,21 +149,21 @@ extension Bench {
     let client = try DirectClient(address: poster, profile: profile, uname: "away-poster")
     defer { client.close() }
     let fid = try client.openFile("/chat/post", mode: .write)
-    let user = "returning-\(nextToken())"
+    let user = "returning-\(rig.nextToken())"
     let name = "mnt-catchup-\(label.lowercased())"
     for run in 1...runs {
-      let before = try mountServer(name, address: address, uname: user)
+      let before = try rig.mount(name, address: address, uname: user)
       let seen = try Supervisor.shared.run(
         "/usr/bin/timeout",
         ["10", "/usr/bin/tail", "-n", "1", before.mountpoint + "/chat/" + room],
         timeout: 15, discardingOutput: true)
-      unmount(before)
+      rig.unmount(before)
       guard seen.status == 0 else { throw BenchError("catch-up (\(label)): first read failed") }
-      let token = "\(nextToken())"
+      let token = "\(rig.nextToken())"
       for index in 1...lines { try client.post(fid, "\(room):away #p\(token)-\(index)#") }
-      let back = try mountServer(name, address: address, uname: user)
-      defer { unmount(back) }
-      let output = work + "/catchup-\(token).out"
+      let back = try rig.mount(name, address: address, uname: user)
+      defer { rig.unmount(back) }
+      let output = rig.work + "/catchup-\(token).out"
       let shown = try Supervisor.shared.run(
         "/usr/bin/tail", ["-n", "\(lines)", back.mountpoint + "/chat/" + room], timeout: 15,
         log: output)
@@ -204,6 +204,9 @@ private struct CatchUpOutcome {
 
 /// Reads a room file as a `cat` would, from its end at start, and records when each line
 /// arrives.
+///
+/// `@unchecked Sendable`: what the reading thread and the waiters share (`lines`,
+/// `stopping`, `finished`) is touched only under `condition`, which waiters need.
 final class LineWatcher: @unchecked Sendable {
   private let fd: Int32
   private let condition = NSCondition()
