@@ -245,7 +245,7 @@ final class LinkFailoverTests: XCTestCase {
     let mnt = try mount(preferred + "," + other, options: ["keepalive=1", "timeout=10"])
     let poster = try mount("unix!" + preferredListener, options: ["uname=poster"], name: "poster")
     func transport() -> String? { link(mnt)?["transport"] as? String }
-    let reader = try startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
+    let reader = try fixture.startBackground("exec tail -f -s 0.2 \(mnt)/chat/lobby")
     try sh("echo 'start' > \(poster)/chat/post")
     XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("start") }, logs)
 
@@ -257,7 +257,7 @@ final class LinkFailoverTests: XCTestCase {
     XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("on the slow link") }, logs)
 
     let posts = 100
-    let writer = try startBackground(
+    let writer = try fixture.startBackground(
       "for n in $(seq \(posts)); do echo \"s $n\" > \(poster)/chat/post || echo FAIL $n >&2; sleep 0.05; done"
     )
     XCTAssertTrue(waitUntil(timeout: 30) { reader.text.contains("s 5\n") }, logs)
