@@ -84,7 +84,7 @@ final class Bench: @unchecked Sendable {
       .contains {
         wants.contains($0)
       }
-    if local {
+    if local || wants.contains("awareness") {
       try startServer()
     }
     if wants.contains("cat") { try largeFileSection() }
@@ -92,6 +92,7 @@ final class Bench: @unchecked Sendable {
     if wants.contains("meta") { try metadataSection() }
     if wants.contains("chat") { try chatSection() }
     if wants.contains("daemon") { try daemonSection() }
+    if wants.contains("awareness") { try awarenessSection() }
     // The people section (last, so the sections keep their numbers) needs the TCP server.
     if !["people", "scripts", "chatclient"].contains(where: wants.contains) { stopServer() }
     if wants.contains("ble") { try bleSection() }

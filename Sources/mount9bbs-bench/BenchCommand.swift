@@ -26,15 +26,15 @@ struct BenchCommand: ParsableCommand {
     abstract: "Benchmark mount9bbs against bare FUSE, the raw client and an emulated BLE link.",
     discussion: """
       Run as root from a release build: swift build -c release && \
-      swift run -c release mount9bbs-bench. Sections: cat, client, meta, chat, daemon, ble, people, scripts, chatclient.
+      swift run -c release mount9bbs-bench. Sections: cat, client, meta, chat, daemon, ble, people, scripts, chatclient, awareness.
       """,
     version: ProductVersion.current)
 
   @Option(
     help:
-      "Comma-separated sections: cat,client,meta,chat,daemon,ble,people,scripts,chatclient (default: all)."
+      "Comma-separated sections: cat,client,meta,chat,daemon,ble,people,scripts,chatclient,awareness (default: all)."
   )
-  var sections = "cat,client,meta,chat,daemon,ble,people,scripts,chatclient"
+  var sections = "cat,client,meta,chat,daemon,ble,people,scripts,chatclient,awareness"
 
   @Option(help: "Runs per throughput measurement (medians are reported).")
   var runs = 5
