@@ -65,6 +65,13 @@ final class AwarenessBoardTests: XCTestCase {
       events.text, file: file, line: line)
   }
 
+  /// `cat` of `chat/events`, once it has opened it (it shows the line each open starts with).
+  private func openEvents(_ mount: MountProcess) throws -> ChildProcess {
+    let reader = try background(self, "/bin/cat", [mount.mountpoint + "/chat/events"])
+    XCTAssertTrue(waitUntil(timeout: 10) { reader.text.contains("\tlink\t") }, reader.text)
+    return reader
+  }
+
   // MARK: The name the board shows
 
   /// The board shows alice's posts under "Alicia" (a nickname she never told the mount): her
@@ -77,7 +84,7 @@ final class AwarenessBoardTests: XCTestCase {
     let mount = try mountHostileChat(server, state: try makeTemporaryDirectory("aware-state"))
     waitForUnread(mount, "lobby 0\n")
     let mentions = try startReader("mentions", of: mount, server: server)
-    let events = try background(self, "/bin/cat", [mount.mountpoint + "/chat/events"])
+    let events = try openEvents(mount)
     waitForUnread(mount, "lobby 0\n")
     try post("hello from me", to: "lobby", in: mount)
     XCTAssertTrue(
@@ -91,6 +98,35 @@ final class AwarenessBoardTests: XCTestCase {
       waitUntil(timeout: 10) { mentions.text.contains("hi Alicia, welcome") }, mentions.text)
     XCTAssertFalse(mentions.text.contains("hello from me"), mentions.text)
     XCTAssertFalse(mentions.text.contains("settled"), mentions.text)
+  }
+
+  /// The learned name is kept with the unread counts: after a remount "Alicia" is a mention
+  /// and her lines are hers before she posts again.
+  func testALearnedNameIsKeptAcrossARemount() throws {
+    let server = try HostileChatServer(rooms: [.init("lobby")])
+    addTeardownBlock { server.stop() }
+    server.echoAuthor = { _ in "Alicia" }
+    server.release()
+    let state = try makeTemporaryDirectory("aware-state")
+    let first = try mountHostileChat(server, state: state)
+    waitForUnread(first, "lobby 0\n")
+    let events = try openEvents(first)
+    try post("hello from me", to: "lobby", in: first)
+    XCTAssertTrue(waitUntil(timeout: 10) { server.posts.count == 1 })
+    settle(server, events)
+    first.stop()
+    server.echoAuthor = nil
+    let again = try mountHostileChat(server, state: state)
+    let mentions = try startReader("mentions", of: again, server: server)
+    let eventsAgain = try openEvents(again)
+    waitForUnread(again, "lobby 0\n")
+    server.say("hi Alicia, back?", by: "bob", in: "lobby")
+    server.say("from my other device", by: "Alicia", in: "lobby")
+    settle(server, eventsAgain)
+    waitForUnread(again, "lobby 2\n")
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { mentions.text.contains("hi Alicia, back?") }, mentions.text)
+    XCTAssertTrue(mentions.text.contains("mount9bbs: mentions of alice, alicia"), mentions.text)
   }
 
   /// A board renaming alice on every echo: the names learned stay few (the newest), so an old

@@ -38,7 +38,8 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
 
   /// - Parameters:
   ///   - names: the user's names (user name, nickname, identity and its short form).
-  ///   - stateDirectory: where unread counts are kept between mounts (nil: not kept).
+  ///   - stateDirectory: where unread counts and learned names are kept between mounts (nil:
+  ///     not kept).
   /// - Parameter readOnce: reads a server file once (the users list).
   init(
     options: AwarenessOptions, pool: Pool, feeds: RoomFeeds, listings: ListingCache,
@@ -55,7 +56,8 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
     self.logger = logger
     let ledger = UnreadLedger(directory: stateDirectory, logger: logger)
     self.ledger = ledger
-    let ownNames = OwnNames(names: names, highlights: options.highlights)
+    let ownNames = OwnNames(
+      names: names, highlights: options.highlights, directory: stateDirectory, logger: logger)
     self.ownNames = ownNames
     mentionStreams = StreamFanOut(name: "mentions", pool: pool, logger: logger) {
       // Each open of chat/mentions starts with what it looks for, as a line of room "-".
@@ -148,6 +150,7 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
     presence?.stop()
     watcher.stop()
     ledger.flush()
+    ownNames.flush()
   }
 
   /// `chat/unread`'s text now: the watched rooms and the rooms someone has open.

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 /// The names that are the user: the ones the mount was given (user name, identity and its
 /// short form) and the ones it learned from the board.
@@ -7,10 +8,16 @@ import Foundation
 /// a board's renaming). When a post this mount sent comes back in a room, the author of that
 /// line is the user: the name is learned, so lines naming it are mentions and lines by it are
 /// neither unread nor mentions. A hostile board renaming the user on every echo must not grow
-/// the set without bound: at most ``maximumLearned`` learned names are kept, the newest.
+/// the set without bound: at most ``maximumLearned`` learned names are kept, the newest. They
+/// are kept with the unread counts (`history=on`), so a remount knows them before the user's
+/// first post.
 final class OwnNames: @unchecked Sendable {
   private let given: [String]
   private let highlights: [String]
+  /// Where learned names are kept between mounts (nil: not kept).
+  private let path: String?
+  private let logger: Logger
+  private static let writer = DispatchQueue(label: "mount9bbs.names")
   private let lock = NSLock()
   /// Learned names, oldest first, each lower-cased and not a given one.
   private var learned: [String] = []
@@ -31,12 +38,32 @@ final class OwnNames: @unchecked Sendable {
   /// - Parameters:
   ///   - names: the names the mount knows are the user's.
   ///   - highlights: words that make a line a mention without being the user's names.
-  init(names: [String], highlights: [String]) {
+  ///   - directory: where learned names are kept between mounts (nil: not kept).
+  init(
+    names: [String], highlights: [String], directory: String? = nil,
+    logger: Logger = Logger(label: "mount9bbs.names")
+  ) {
     given = names.filter { !$0.isEmpty }
     self.highlights = highlights
-    own = Set(given.map { $0.lowercased() })
-    matcher = MentionMatcher(names: given + highlights)
+    self.logger = logger
+    path = directory.map { $0 + "/names.learned" }
+    let givenLowered = Set(given.map { $0.lowercased() })
+    if let path, let data = FileManager.default.contents(atPath: path),
+      let kept = try? JSONDecoder().decode([String].self, from: data)
+    {
+      // Bounded as when learned: the file is the mount's, but a hostile board wrote the names.
+      var seen = givenLowered
+      learned = Array(
+        kept.map { $0.lowercased() }
+          .filter { !$0.isEmpty && $0.utf8.count <= Self.longestName && seen.insert($0).inserted }
+          .suffix(Self.maximumLearned))
+    }
+    own = givenLowered.union(learned)
+    matcher = MentionMatcher(names: given + learned + highlights)
   }
+
+  /// Waits for the learned names to be written (unmount).
+  func flush() { Self.writer.sync {} }
 
   /// The names learned so far, oldest first.
   var learnedNames: [String] { lock.withLock { learned } }
@@ -102,6 +129,15 @@ final class OwnNames: @unchecked Sendable {
     let all = given.map { $0.lowercased() } + learned
     own = Set(all)
     matcher = MentionMatcher(names: all + highlights)
+    guard let path else { return }
+    let names = learned
+    Self.writer.async { [logger] in
+      do {
+        try JSONEncoder().encode(names).write(to: URL(fileURLWithPath: path), options: .atomic)
+      } catch {
+        logger.warning("learned names: cannot write \(path): \(error)")
+      }
+    }
   }
 
   /// `text` without the line end and trailing spaces a board may drop.
