@@ -125,6 +125,7 @@ public final class BBSFileSystem: FuseFileSystem, Sendable {
       stateDirectory: historyDirectory, logger: logger,
       readOnce: { [remote] path, done in remote.readOnce(path, done) },
       stat: { [remote] path, done in remote.stat(path, done) })
+    posts.observeSends { [awareness] in awareness.posted($0) }
     // What became of posts that went through the outbox, for chat/events.
     posts.observe { [events = awareness.events] event in
       switch event {

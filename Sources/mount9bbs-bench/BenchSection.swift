@@ -24,6 +24,7 @@ enum BenchSections {
       PeopleSection.self,
       ScriptsSection.self,
       ChatClientSection.self,
+      AwarenessSection.self,
     ]
   }
 

@@ -210,6 +210,77 @@ final class AwarenessTests: XCTestCase {
     }
   }
 
+  // MARK: Opening the streams
+
+  /// Where the descriptor of `pid` open on `path` has read or sought to, or nil when it has
+  /// none open there (yet).
+  private func position(of pid: pid_t, on path: String) -> Int? {
+    let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
+    for fd in fds {
+      guard
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\(fd)"))
+          == path,
+        let info = try? String(contentsOfFile: "/proc/\(pid)/fdinfo/\(fd)", encoding: .utf8),
+        let line = info.split(separator: "\n").first(where: { $0.hasPrefix("pos:") })
+      else { continue }
+      return Int(line.dropFirst(4).trimmingCharacters(in: .whitespaces))
+    }
+    return nil
+  }
+
+  /// Each open of a stream starts with a line of its own and returns at once, so no reader
+  /// loses the first event: not `tail -n 0 -f` (it skips what the size counts at the open),
+  /// not `tail -f`, `cat` or a `while read` loop; and a shell's `exec 3<` does not hang.
+  func testTheFirstEventReachesEveryReaderAndOpensDoNotWait() throws {
+    let scene = try scene()
+    try waitForUnread(scene, "lobby 0\ntech 0\n")
+    for file in ["events", "mentions"] {
+      let path = scene.alicePath("chat/" + file)
+      let opened = try shell(
+        "timeout 5 bash -c 'exec 3< \"$0\"; echo opened' '\(path)'", timeout: 10)
+      XCTAssertEqual(opened.output, "opened\n", "\(file): \(opened.output)")
+    }
+    var readers: [(String, ChildProcess)] = []
+    for file in ["events", "mentions"] {
+      let path = scene.alicePath("chat/" + file)
+      readers += [
+        ("tail -n 0 -f \(file)", try background(self, "/usr/bin/tail", ["-n", "0", "-f", path])),
+        ("tail -f \(file)", try background(self, "/usr/bin/tail", ["-f", path])),
+        ("cat \(file)", try background(self, "/bin/cat", [path])),
+        (
+          "while read < \(file)",
+          try background(
+            self, "/bin/bash",
+            ["-c", "while IFS= read -r line; do printf '%s\\n' \"$line\"; done < \"$0\"", path])
+        ),
+      ]
+    }
+    // Every reader has opened its stream and read or sought past its first line.
+    for (name, reader) in readers {
+      let path = scene.alicePath(name.hasSuffix("events") ? "chat/events" : "chat/mentions")
+      XCTAssertTrue(
+        waitUntil(timeout: 10, interval: 0.02) {
+          (position(of: reader.process.processIdentifier, on: path) ?? 0) > 0
+        }, "\(name) did not open and read its stream: \(reader.text)")
+    }
+    try post("first alice", to: scene.bobPath("chat/lobby"))
+    for (name, reader) in readers {
+      let expected = name.hasSuffix("events") ? "\tmessage\tlobby\tbob\n" : "lobby "
+      XCTAssertTrue(
+        waitUntil(timeout: 10) {
+          reader.text.split(separator: "\n").contains { ($0 + "\n").contains(expected) }
+        }, "\(name) saw: \(reader.text.debugDescription)")
+      if name.hasPrefix("tail -n 0") {
+        XCTAssertFalse(reader.text.contains("\tlink\t"), "\(name): \(reader.text)")
+        XCTAssertFalse(reader.text.contains("mount9bbs: mentions of"), "\(name): \(reader.text)")
+      }
+    }
+    // The line a mentions open starts with says what it looks for, as a line of room "-".
+    let cat = try XCTUnwrap(readers.first { $0.0 == "cat mentions" }?.1)
+    XCTAssertTrue(cat.text.hasPrefix("- ["), cat.text)
+    XCTAssertTrue(cat.text.contains("mount9bbs: mentions of alice"), cat.text)
+  }
+
   // MARK: Cost
 
   /// Requests the mount sent so far and reads parked now (every session), from
@@ -268,8 +339,15 @@ final class AwarenessTests: XCTestCase {
     }
     let again = try ServerProcess(transport: "tcp", rooms: ["lobby", "tech"], listen: address)
     addTeardownBlock { again.stop() }
+    // Up again after the down (each open's first line said the link was up then).
     for reader in readers {
-      XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("\tlink\tup\t-\n") }, reader.text)
+      XCTAssertTrue(
+        waitUntil(timeout: 20) {
+          let text = reader.text
+          return text.range(of: "\tlink\tdown\t").map {
+            text[$0.upperBound...].contains("\tlink\tup\t-\n")
+          } ?? false
+        }, reader.text)
     }
   }
 

@@ -8,10 +8,11 @@ import XCTest
 /// lines and users list are whatever a test gives it: `/chat/post`, `/chat/users` and one file
 /// per room.
 ///
-/// A room's bytes are served from its offset; past its end a read is parked (never answered,
-/// as a quiet room on a server that parks reads), unless the room is ``Room/endless``, whose
-/// every read is answered at once, full. Until ``release()`` every room read is held, so a
-/// test can open `chat/events` before the first line arrives. Room names are bytes: a name
+/// A room's bytes are served from its offset; past its end a read is parked (as a quiet room
+/// on a server that parks reads) until a line is added (``say(_:by:in:)``, a post echoed with
+/// ``echoAuthor``), unless the room is ``Room/endless``, whose every read is answered at once,
+/// full. Until ``release()`` every room read is held, so a test can open `chat/events` before
+/// the first line arrives. Room names are bytes: a name
 /// that is not UTF-8 goes on the wire as it is.
 final class HostileChatServer: @unchecked Sendable {
   struct Room: Sendable {
@@ -40,10 +41,20 @@ final class HostileChatServer: @unchecked Sendable {
   private var users: [[UInt8]]
   private var usersReads = 0
   private var released = false
-  private var held:
-    [(connection: HostileChatConnection, tag: Tag, path: String, offset: UInt64, count: UInt32)] =
-      []
+  /// A room read kept unanswered.
+  fileprivate typealias WaitingRead =
+    (connection: HostileChatConnection, tag: Tag, path: String, offset: UInt64, count: UInt32)
+  private var held: [WaitingRead] = []
+  /// Room reads past the room's end, answered when a line is added (``say(_:by:in:)``).
+  private var parked: [WaitingRead] = []
   private(set) var posts: [[UInt8]] = []
+  /// With it set, each post (`room:text`) comes back in its room as a line by this author
+  /// (called with the post's index from 0): the name the board shows for the poster.
+  var echoAuthor: (@Sendable (Int) -> String)? {
+    get { lock.withLock { echoAuthorValue } }
+    set { lock.withLock { echoAuthorValue = newValue } }
+  }
+  private var echoAuthorValue: (@Sendable (Int) -> String)?
 
   /// - Parameter users: the users list's successive texts: each read gives the next, the last
   ///   one for good.
@@ -74,6 +85,64 @@ final class HostileChatServer: @unchecked Sendable {
   /// Replaces the rooms (the next listing shows the change).
   func setRooms(_ new: [Room]) { lock.withLock { rooms = new } }
 
+  /// Adds rooms at the end of the listing (the next listing shows them).
+  func addRooms(_ added: [Room]) { lock.withLock { rooms += added } }
+
+  /// Removes the rooms named `names` (walk names); their parked reads are answered with an
+  /// error, as a board answers reads of a room it deleted.
+  func removeRooms(_ names: Set<String>) {
+    let gone = lock.withLock {
+      rooms.removeAll { names.contains($0.walkName) }
+      let gone = parked.filter { names.contains(String($0.path.dropFirst(5))) }
+      parked.removeAll { names.contains(String($0.path.dropFirst(5))) }
+      return gone
+    }
+    for read in gone {
+      read.connection.answerRead(read.tag, path: read.path, offset: read.offset, count: read.count)
+    }
+  }
+
+  /// Appends `[12:00:00] AUTHOR: TEXT` to `room` and answers its parked reads.
+  func say(_ text: String, by author: String, in room: String) {
+    append(Array("[12:00:00] \(author): \(text)\n".utf8), to: room)
+  }
+
+  private func append(_ line: [UInt8], to room: String) {
+    let path = "chat/" + room
+    let waiting = lock.withLock {
+      guard let index = rooms.firstIndex(where: { $0.walkName == room }) else {
+        return [WaitingRead]()
+      }
+      rooms[index].lines += line
+      let waiting = parked.filter { $0.path == path }
+      parked.removeAll { $0.path == path }
+      return waiting
+    }
+    for read in waiting {
+      read.connection.answerRead(read.tag, path: read.path, offset: read.offset, count: read.count)
+    }
+  }
+
+  /// Keeps a read past the room's end until a line is added; false if the room has grown
+  /// past `offset` meanwhile (the read is to be answered now).
+  fileprivate func park(
+    _ connection: HostileChatConnection, _ tag: Tag, path: String, offset: UInt64, count: UInt32
+  ) -> Bool {
+    lock.withLock {
+      let name = String(path.dropFirst(5))
+      guard let room = rooms.first(where: { $0.walkName == name }),
+        offset >= UInt64(room.lines.count)
+      else { return false }
+      parked.append((connection, tag, path, offset, count))
+      return true
+    }
+  }
+
+  /// Forgets a parked read the client flushed.
+  fileprivate func unpark(_ connection: HostileChatConnection, _ tag: Tag) {
+    lock.withLock { parked.removeAll { $0.connection === connection && $0.tag == tag } }
+  }
+
   /// Tread of users files so far.
   var usersReadCount: Int { lock.withLock { usersReads } }
 
@@ -81,7 +150,17 @@ final class HostileChatServer: @unchecked Sendable {
     lock.withLock { rooms.first { $0.walkName == name } }
   }
 
-  fileprivate func recordPost(_ data: [UInt8]) { lock.withLock { posts.append(data) } }
+  fileprivate func recordPost(_ data: [UInt8]) {
+    let echo: String? = lock.withLock {
+      posts.append(data)
+      return echoAuthorValue?(posts.count - 1)
+    }
+    guard let echo, let colon = data.firstIndex(of: UInt8(ascii: ":")) else { return }
+    let room = String(decoding: data[..<colon], as: UTF8.self)
+    var text = Array(data[(colon + 1)...])
+    while text.last == UInt8(ascii: "\n") { text.removeLast() }
+    append(Array("[12:00:00] \(echo): ".utf8) + text + [UInt8(ascii: "\n")], to: room)
+  }
 
   /// Whether a room read is to wait for ``release()``; kept for then if so.
   fileprivate func holds(
@@ -187,7 +266,11 @@ private final class HostileChatConnection: @unchecked Sendable {
       while data.count < count { data += room.lines.isEmpty ? [0x78] : room.lines }
       return send(tag, .rread(data: data[..<count]))
     }
-    guard offset < UInt64(room.lines.count) else { return }  // parked, for good
+    if offset >= UInt64(room.lines.count) {
+      // Parked until a line is added (for good if none is).
+      if server.park(self, tag, path: path, offset: offset, count: UInt32(count)) { return }
+      return answerRead(tag, path: path, offset: offset, count: UInt32(count))
+    }
     let start = Int(offset)
     send(tag, .rread(data: room.lines[start..<min(room.lines.count, start + count)]))
   }
@@ -198,8 +281,9 @@ private final class HostileChatConnection: @unchecked Sendable {
       send(tag, fids.version(size))
     case .tattach(let fid, _, _, _):
       send(tag, fids.attach(fid))
-    case .tflush:
+    case .tflush(let old):
       // The flushed read (if parked) is never answered.
+      server.unpark(self, old)
       send(tag, .rflush)
     case .twalk(let fid, let newfid, let names):
       send(tag, fids.walk(fid, to: newfid, names, stat: server.stat))

@@ -38,6 +38,10 @@ final class ChatCoreTests: XCTestCase {
     let spaced = MountFormats.mention("my\\x20room [10:00:00] bob: alice look")
     XCTAssertEqual(spaced?.room, "my room")
     XCTAssertEqual(spaced?.line.text, "alice look")
+    // The line each open of chat/mentions starts with is the mount's, not a mention; a room
+    // named "-" is written \x2d.
+    XCTAssertNil(MountFormats.mention("- [10:00:00] mount9bbs: mentions of alice"))
+    XCTAssertEqual(MountFormats.mention("\\x2d [10:00:00] bob: alice look")?.room, "-")
     XCTAssertEqual(MountFormats.outboxCount("ROOM\tAGE\tATTEMPTS\tLAST-ERROR\n"), 0)
     XCTAssertEqual(
       MountFormats.outboxCount("ROOM\tAGE\tATTEMPTS\tLAST-ERROR\nlobby\t3\t1\t-\ntech\t1\t0\t-\n"),

@@ -23,9 +23,8 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
   /// Nil on a device board (see ``UserPresence``).
   private let presence: UserPresence?
   private let feeds: RoomFeeds
-  private let matcher: MentionMatcher
-  /// Authors that are the user (lower-cased): their lines are neither unread nor mentions.
-  private let ownNames: Set<String>
+  /// The user's names, given and learned: lines by them are neither unread nor mentions.
+  let ownNames: OwnNames
   private let desktop: DesktopNotifier?
   private let command: NotifyCommand?
   private let logger: Logger
@@ -39,7 +38,8 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
 
   /// - Parameters:
   ///   - names: the user's names (user name, nickname, identity and its short form).
-  ///   - stateDirectory: where unread counts are kept between mounts (nil: not kept).
+  ///   - stateDirectory: where unread counts and learned names are kept between mounts (nil:
+  ///     not kept).
   /// - Parameter readOnce: reads a server file once (the users list).
   init(
     options: AwarenessOptions, pool: Pool, feeds: RoomFeeds, listings: ListingCache,
@@ -54,13 +54,30 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
     self.options = options
     self.feeds = feeds
     self.logger = logger
-    ledger = UnreadLedger(directory: stateDirectory, logger: logger)
-    mentionStreams = StreamFanOut(name: "mentions", pool: pool, logger: logger)
-    eventStreams = StreamFanOut(name: "events", pool: pool, logger: logger)
+    let ledger = UnreadLedger(directory: stateDirectory, logger: logger)
+    self.ledger = ledger
+    let ownNames = OwnNames(
+      names: names, highlights: options.highlights, directory: stateDirectory, logger: logger)
+    self.ownNames = ownNames
+    mentionStreams = StreamFanOut(name: "mentions", pool: pool, logger: logger) {
+      // Each open of chat/mentions starts with what it looks for, as a line of room "-".
+      let time = EventLog.timestamp(Date()).dropFirst(11).prefix(8)
+      let words = ownNames.words.map(EventLog.escaped).joined(separator: ", ")
+      return Array("- [\(time)] mount9bbs: mentions of \(words)\n".utf8)
+    }
+    eventStreams = StreamFanOut(name: "events", pool: pool, logger: logger) {
+      [weak pool] in
+      // Each open of chat/events starts with the link's state then.
+      let event: AwarenessEvent =
+        switch pool?.linkState ?? .closed {
+        case .up: .link(state: "up", reason: "-")
+        case .down(let reason): .link(state: "down", reason: reason)
+        case .closed: .link(state: "closed", reason: "-")
+        }
+      return Array(EventLog.line(event, at: Date()).utf8)
+    }
     let events = EventLog(streams: eventStreams)
     self.events = events
-    matcher = MentionMatcher(names: names + options.highlights)
-    ownNames = Set(names.map { $0.lowercased() }.filter { !$0.isEmpty })
     desktop = options.notify == .off ? nil : DesktopNotifier(logger: logger)
     command = options.notifyCommand.flatMap { NotifyCommand(command: $0, logger: logger) }
     let device = pool.configuration.profile == .device
@@ -84,9 +101,9 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
       },
       interval: pool.configuration.profile == .device ? .seconds(60) : .seconds(10),
       logger: logger
-    ) { added, removed in
-      for room in added { events.record(.roomAdded(room)) }
-      for room in removed { events.record(.roomRemoved(room)) }
+    ) { [ledger] added, removed in
+      Self.report(added, removed, to: events)
+      for room in removed { ledger.forget(room) }
     }
     let watcher = watcher
     presence =
@@ -109,6 +126,21 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
     }
   }
 
+  /// Room events reported one by one per listing change at most; the rest are counted in one
+  /// `rooms-added`/`rooms-removed` line (a board replacing thousands of rooms).
+  static let maximumRoomEvents = 100
+
+  private static func report(_ added: [String], _ removed: [String], to events: EventLog) {
+    for room in added.prefix(maximumRoomEvents) { events.record(.roomAdded(room)) }
+    if added.count > maximumRoomEvents {
+      events.record(.roomsAdded(more: added.count - maximumRoomEvents))
+    }
+    for room in removed.prefix(maximumRoomEvents) { events.record(.roomRemoved(room)) }
+    if removed.count > maximumRoomEvents {
+      events.record(.roomsRemoved(more: removed.count - maximumRoomEvents))
+    }
+  }
+
   func start() {
     watcher.start()
     presence?.start()
@@ -118,6 +150,7 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
     presence?.stop()
     watcher.stop()
     ledger.flush()
+    ownNames.flush()
   }
 
   /// `chat/unread`'s text now: the watched rooms and the rooms someone has open.
@@ -130,6 +163,11 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
 
   /// A reader read `room` to its end.
   func roomRead(_ room: String) { ledger.read(room) }
+
+  /// This mount sent posts (each `room:text`): their echoes tell what the board calls the user.
+  func posted(_ payloads: [[UInt8]]) {
+    for payload in payloads { ownNames.sent(payload) }
+  }
 
   // MARK: RoomFeedObserver
 
@@ -169,9 +207,11 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
       let line = String(decoding: bytes.prefix(Self.longestLine), as: UTF8.self)
       let parsed = RoomLine(line)
       events.record(.message(room: feed.room, author: parsed.author))
-      guard !ownNames.contains(parsed.author.lowercased()) else { continue }
+      guard !ownNames.received(room: feed.room, author: parsed.author, text: parsed.text) else {
+        continue
+      }
       unread += 1
-      let mentioned = matcher.matches(parsed.text)
+      let mentioned = ownNames.mentions(parsed.text)
       if mentioned {
         mentionStreams.publish(Array("\(EventLog.roomField(feed.room)) \(line)\n".utf8))
         events.record(.mention(room: feed.room, author: parsed.author))

@@ -7,6 +7,10 @@ public enum AwarenessEvent: Sendable, Equatable {
   case mention(room: String, author: String)
   case roomAdded(String)
   case roomRemoved(String)
+  /// Rooms added beyond those reported one by one in the same listing change.
+  case roomsAdded(more: Int)
+  /// Rooms removed beyond those reported one by one in the same listing change.
+  case roomsRemoved(more: Int)
   case userArrived(String)
   case userLeft(String)
   /// `state` is `up`, `down` or `reconnecting`.
@@ -22,6 +26,8 @@ public enum AwarenessEvent: Sendable, Equatable {
     case .mention(let room, let author): ["mention", room, author]
     case .roomAdded(let room): ["room-added", room]
     case .roomRemoved(let room): ["room-removed", room]
+    case .roomsAdded(let more): ["rooms-added", String(more)]
+    case .roomsRemoved(let more): ["rooms-removed", String(more)]
     case .userArrived(let name): ["user-arrived", name]
     case .userLeft(let name): ["user-left", name]
     case .link(let state, let reason): ["link", state, reason.isEmpty ? "-" : reason]
@@ -73,9 +79,11 @@ public final class EventLog: Sendable {
   }
 
   /// A room name as the first field of a space-separated line (`chat/unread`,
-  /// `chat/mentions`): escaped as an event field, and a space written `\x20`.
+  /// `chat/mentions`): escaped as an event field, a space written `\x20`, a room named `-`
+  /// `\x2d`.
   static func roomField(_ room: String) -> String {
-    escaped(room).replacing(" ", with: "\\x20")
+    // "-" is the room of the line each open of `chat/mentions` starts with.
+    room == "-" ? "\\x2d" : escaped(room).replacing(" ", with: "\\x20")
   }
 
   /// UTC ISO 8601 with milliseconds: `2026-11-25T18:20:01.123Z`.

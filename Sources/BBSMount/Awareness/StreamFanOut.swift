@@ -4,33 +4,46 @@ import NinePClient
 
 /// The readers of one mount-local stream file (`chat/mentions`, `chat/events`): each open gets
 /// its own local ``RoomFeed`` (a transcript nothing reads from the server), so the room file
-/// machinery (``RoomHandle``, the `tail -f` waits of ``RoomFollowing``) serves it unchanged
-/// and every open starts from now.
+/// machinery (``RoomHandle``, the `tail -f` waits of ``RoomFollowing``) serves it unchanged.
+///
+/// An open starts with one line of its own (``opening``: the state at the open), then what
+/// comes from then on. That line keeps a reader from losing one: the open of a room file
+/// waits for its first line (GNU tail reads a 0-byte file to its end before printing
+/// anything), so an empty stream's open waited for the first event and counted it in the size
+/// `tail -n 0 -f` skips; and `cat` or `exec 3<` no longer hang in open.
 final class StreamFanOut: @unchecked Sendable {
   let name: String
   private let pool: Pool
   private let logger: Logger
   private let lock = NSLock()
   private var subscribers: [(feed: RoomFeed, since: ContinuousClock.Instant)] = []
+  private let opening: @Sendable () -> [UInt8]
   /// Kept per reader: a reader that stops reading loses the oldest lines, the daemon's memory
   /// stays bounded.
   static let readerCapacity = 1 << 20
   /// The most readers at once; an open beyond it fails (EMFILE).
   static let maximumReaders = 256
 
-  init(name: String, pool: Pool, logger: Logger) {
+  /// - Parameter opening: the line each open starts with (newline included).
+  init(
+    name: String, pool: Pool, logger: Logger, opening: @escaping @Sendable () -> [UInt8]
+  ) {
     self.name = name
     self.pool = pool
     self.logger = logger
+    self.opening = opening
   }
 
-  /// A new reader's feed, starting from now; nil when there are too many readers.
+  /// A new reader's feed, starting with the opening line; nil when there are too many readers.
   func subscribe() -> RoomFeed? {
     let feed = RoomFeed(
       room: name, path: [], pool: pool, localCapacity: Self.readerCapacity, logger: logger)
+    let first = opening()
     return lock.withLock {
       pruneLocked()
       guard subscribers.count < Self.maximumReaders else { return nil }
+      // Under the lock: no line published meanwhile comes before it.
+      feed.appendLocal(first)
       subscribers.append((feed, .now))
       return feed
     }

@@ -57,6 +57,12 @@ final class UnreadLedger: @unchecked Sendable {
     if changed { scheduleWrite() }
   }
 
+  /// `room` is gone from the board: its count goes too.
+  func forget(_ room: String) {
+    let changed = lock.withLock { counts.removeValue(forKey: room) != nil }
+    if changed { scheduleWrite() }
+  }
+
   func count(_ room: String) -> Int { lock.withLock { counts[room] ?? 0 } }
 
   var all: [String: Int] { lock.withLock { counts } }

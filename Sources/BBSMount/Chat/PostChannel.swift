@@ -85,6 +85,7 @@ final class PostChannel: @unchecked Sendable {
   private var retryScheduled = false
   private var observers: [@Sendable (PostEvent) -> Void] = []
   private var resendObservers: [@Sendable (_ directory: [String], _ payload: [UInt8]) -> Void] = []
+  private var sendObservers: [@Sendable (_ payloads: [[UInt8]]) -> Void] = []
   private let sessions: SessionProvider
   private let linkIsUp: @Sendable () -> Bool
   let outbox: Outbox?
@@ -124,6 +125,12 @@ final class PostChannel: @unchecked Sendable {
     lock.withLock { resendObservers.append(observer) }
   }
 
+  /// Calls `observer` with the `room:text` payloads of every ``send(_:chatDirectory:completion:)``
+  /// (Awareness/ learns the user's name from their echo).
+  func observeSends(_ observer: @escaping @Sendable (_ payloads: [[UInt8]]) -> Void) {
+    lock.withLock { sendObservers.append(observer) }
+  }
+
   /// The posts in the outbox, oldest first.
   var queuedPosts: [QueuedPost] {
     lock.withLock {
@@ -137,6 +144,7 @@ final class PostChannel: @unchecked Sendable {
   /// they are safe in the outbox.
   func send(_ payloads: [[UInt8]], chatDirectory: [String], completion: @escaping Completion) {
     if payloads.isEmpty { return completion(.success(())) }
+    for observer in lock.withLock({ sendObservers }) { observer(payloads) }
     let up = linkIsUp()
     guard outbox != nil || up else {
       // No outbox (`-o outbox=off`): an offline post fails at once.

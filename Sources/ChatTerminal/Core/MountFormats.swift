@@ -17,7 +17,8 @@ public enum MountFormats {
   /// One `chat/mentions` line, `ROOM LINE`: the room (escaped as in `chat/unread`) and the
   /// room line.
   public static func mention(_ line: Substring) -> (room: String, line: RoomLine)? {
-    guard let space = line.firstIndex(of: " ") else { return nil }
+    // A bare `-` is the mount's own line an open starts with (a room named "-" is `\x2d`).
+    guard let space = line.firstIndex(of: " "), line[..<space] != "-" else { return nil }
     let room = unescape(line[..<space])
     guard !room.isEmpty else { return nil }
     return (room, RoomLine(parsing: line[line.index(after: space)...]))
