@@ -669,8 +669,15 @@ public final class BBSFileSystem: FuseFileSystem, Sendable {
     let streams: StreamFanOut
     switch local {
     case .unread:
-      info.handle = handles.store(SnapshotHandle(awareness.renderUnread()))
-      request.replyOpen(info)
+      // Rendered once the watched rooms caught up (bounded, as a room's open is), so the
+      // first read after a remount counts what was said while away.
+      let opened = info
+      awareness.whenUnreadSettled(within: RoomFeed.catchUpWait) {
+        [awareness, handles] in
+        var info = opened
+        info.handle = handles.store(SnapshotHandle(awareness.renderUnread()))
+        request.replyOpen(info)
+      }
       return
     case .mentions: streams = awareness.mentionStreams
     case .events: streams = awareness.eventStreams

@@ -103,6 +103,11 @@ final class AwarenessTests: XCTestCase {
     try post("six", to: scene.bobPath("chat/lobby"))
     let again = try mountAlice(scene.rig, options: [], state: scene.state)
     let path = again.mountpoint + "/chat/unread"
+    // Right at once: the first read after the mount already counts what was said while away
+    // (its open waits, bounded, for the watched rooms to catch up).
+    XCTAssertEqual(
+      try String(contentsOfFile: path, encoding: .utf8), "lobby 3\ntech 1\n",
+      "the first read of chat/unread after the remount")
     var last = ""
     XCTAssertTrue(
       waitUntil(timeout: 10, interval: 0.05) {

@@ -161,6 +161,22 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
     return ledger.render(rooms: watcher.watchedRooms.union(open))
   }
 
+  /// Calls `callback` once the watched rooms have caught up with what the server kept for
+  /// the user (so `chat/unread` counts what was said while the mount was away), or after
+  /// `limit` in all, as opening a room waits for its backlog.
+  func whenUnreadSettled(within limit: Duration, _ callback: @escaping @Sendable () -> Void) {
+    let deadline = ContinuousClock.now + limit
+    watcher.whenSettled(within: limit) { [watcher] in
+      let group = DispatchGroup()
+      let left = max(.zero, ContinuousClock.now.duration(to: deadline))
+      for feed in watcher.watchedFeeds {
+        group.enter()
+        _ = feed.whenCaughtUp(within: left) { group.leave() }
+      }
+      group.notify(queue: .global(), execute: callback)
+    }
+  }
+
   /// A reader read `room` to its end.
   func roomRead(_ room: String) { ledger.read(room) }
 

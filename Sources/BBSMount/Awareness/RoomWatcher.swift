@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 
 /// Reads the watched rooms in the background (`-o watch=`), so unread counts, mentions and
 /// events exist without a reader open.
@@ -24,6 +25,9 @@ final class RoomWatcher: @unchecked Sendable {
   private var rooms: Set<String>?
   private var held: [String: RoomFeed] = [:]
   private var stopped = false
+  /// Set once the first listing was taken (or none will be): what is watched is known.
+  private var settled = false
+  private var settledWaiters: [@Sendable () -> Void] = []
   /// The board answers caught-up reads at once (Gen-1): watching would poll every room about
   /// three times a second, so it is given up (rooms still count while someone has them open).
   private var pollingBoard = false
@@ -60,11 +64,36 @@ final class RoomWatcher: @unchecked Sendable {
   /// The rooms being watched.
   var watchedRooms: Set<String> { lock.withLock { Set(held.keys) } }
 
+  /// The feeds of the rooms being watched.
+  var watchedFeeds: [RoomFeed] { lock.withLock { Array(held.values) } }
+
+  /// Calls `callback` once what is watched is known (the first listing was taken, or none
+  /// will be), at once if it is; or after `limit`, whichever comes first.
+  func whenSettled(within limit: Duration, _ callback: @escaping @Sendable () -> Void) {
+    let once = CallOnce(callback)
+    let waiting = lock.withLock {
+      if !settled { settledWaiters.append(once.call) }
+      return !settled
+    }
+    guard waiting else { return once.call() }
+    DispatchQueue.global().asyncAfter(deadline: .now() + limit.timeInterval) { once.call() }
+  }
+
+  /// Marks what is watched as known and wakes those waiting for it.
+  private func settle() {
+    let waiters = lock.withLock {
+      settled = true
+      defer { settledWaiters.removeAll() }
+      return settledWaiters
+    }
+    for waiter in waiters { waiter() }
+  }
+
   /// Starts watching. With `watch=none` (a device board's default) it sends nothing at all:
   /// no listing holds up a board's one-request-at-a-time session, and rooms coming and going
   /// are not reported.
   func start() {
-    if lock.withLock({ watch == AwarenessOptions.Watch.none }) { return }
+    if lock.withLock({ watch == AwarenessOptions.Watch.none }) { return settle() }
     find(among: [["chat"], ["srv", "bbs", "chat"]])
   }
 
@@ -80,7 +109,7 @@ final class RoomWatcher: @unchecked Sendable {
   private func find(among candidates: [[String]]) {
     guard let candidate = candidates.first else {
       logger.info("watch: no chat directory found; rooms are not watched")
-      return
+      return settle()
     }
     listings.listing(candidate, maxAge: .zero, complete: true) { [self] listed in
       guard case .success(let listing) = listed else {
@@ -142,6 +171,7 @@ final class RoomWatcher: @unchecked Sendable {
       logger.debug("watch: watching \(name)")
       feed.retain()
     }
+    settle()
     for feed in stop { feed.release() }
     if !added.isEmpty || !removed.isEmpty { changed(added, removed) }
     schedule()
@@ -171,5 +201,22 @@ final class RoomWatcher: @unchecked Sendable {
     }
     for feed in released { feed.release() }
     return true
+  }
+}
+
+/// Runs a callback at most once, whichever of its callers comes first.
+final class CallOnce: Sendable {
+  private let callback: Mutex<(@Sendable () -> Void)?>
+
+  init(_ callback: @escaping @Sendable () -> Void) {
+    self.callback = Mutex(callback)
+  }
+
+  @Sendable func call() {
+    let pending = callback.withLock { callback in
+      defer { callback = nil }
+      return callback
+    }
+    pending?()
   }
 }
