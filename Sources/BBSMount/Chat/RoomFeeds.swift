@@ -21,7 +21,7 @@ protocol RoomFeedObserver: AnyObject, Sendable {
 
 /// The mount's room feeds, one per room path, made on the first open.
 final class RoomFeeds: @unchecked Sendable {
-  private let pool: Pool
+  private let sessions: any StreamSessions
   private let historyDirectory: String?
   /// Other users' control characters reach readers raw (`-o rawtext`).
   private let rawText: Bool
@@ -34,10 +34,11 @@ final class RoomFeeds: @unchecked Sendable {
   private var observer: (any RoomFeedObserver)?
 
   init(
-    pool: Pool, historyDirectory: String?, rawText: Bool = false, logger: Logger,
+    pool sessions: any StreamSessions, historyDirectory: String?, rawText: Bool = false,
+    logger: Logger,
     onGrowth: @escaping @Sendable (RoomFeed) -> Void
   ) {
-    self.pool = pool
+    self.sessions = sessions
     self.historyDirectory = historyDirectory
     self.rawText = rawText
     self.logger = logger
@@ -57,7 +58,8 @@ final class RoomFeeds: @unchecked Sendable {
       RoomHistory(directory: $0, room: path.joined(separator: "."), logger: logger)
     }
     let feed = RoomFeed(
-      room: room, path: path, pool: pool, history: history, rawText: rawText, logger: logger)
+      room: room, path: path, sessions: sessions, history: history, rawText: rawText, logger: logger
+    )
     feed.onGrowth = { [weak feed, onGrowth] in
       guard let feed else { return }
       onGrowth(feed)
