@@ -89,44 +89,46 @@ struct CallerProcess {
   }
 }
 
+extension RoomHandle: FollowedRoom {}
+
+/// The caller of a getattr as ``FollowDecision`` asks about it: `/proc` and its follow passes.
+private struct FollowingCaller: FollowCaller {
+  let process: CallerProcess
+  let passes: FollowPasses
+
+  var pid: pid_t { process.pid }
+  var writesToTerminal: Bool { process.writesToTerminal }
+  func opensFilesOnlyUnder(_ mountpoint: String) -> Bool {
+    process.opensFilesOnlyUnder(mountpoint)
+  }
+  func startPass() -> Bool { passes.startPass(of: process.pid) }
+}
+
 extension BBSFileSystem {
   /// Answers a getattr of a room file, holding it while it is a follow-loop `fstat` (see the
-  /// file comment).
+  /// file comment and ``FollowDecision``).
   func getattrRoom(_ request: FuseRequest, _ node: InodeTable.Node, file: FuseFileInfo?) {
     let all = handles.all(RoomHandle.self)
-    if let file {
-      // A getattr with a handle comes from lseek(SEEK_END) and the like: the reader is now
-      // at the size it is told.
-      let handles = all.filter { $0.id == file.handle }.map(\.handle)
-      return answer(request, node, updating: handles, seeking: true)
-    }
-    let pid = request.caller.pid
-    let followed = all.map(\.handle).filter { $0.opener == pid && !$0.endsAtEnd && !$0.nonBlocking }
-    let here = followed.filter { $0.inode == node.inode }
-    let opened = all.contains { $0.handle.opener == pid && $0.handle.inode == node.inode }
-    if !opened, case .room(let room) = node.kind {
-      // A `stat` of a room nobody has open is answered at once with what the mount has (an
-      // `ls -l` stats every room: waiting for each room's backlog took seconds on a board
-      // and `timeout=` per room on a frozen server), and the room catches up meanwhile, so
-      // a `stat` a moment later, and the `tail -n` that opens it, show what the server has.
+    let decision = FollowDecision(
+      inode: node.inode, fileHandle: file?.handle,
+      caller: FollowingCaller(
+        process: CallerProcess(pid: request.caller.pid), passes: followPasses),
+      rooms: all.map { ($0.id, $0.handle) }, mountpoint: options.mountpoint)
+    if decision.catchesUp, case .room(let room) = node.kind {
+      // An `ls -l` stats every room: waiting for each room's backlog took seconds on a board
+      // and `timeout=` per room on a frozen server.
       let feed = feeds.feed(for: node.path, room: room)
       if !feed.isCaughtUp { feed.catchUpForStat {} }
     }
-    guard !here.isEmpty, followed.allSatisfy(\.isCaughtUp), let mountpoint = options.mountpoint,
-      CallerProcess(pid: pid).opensFilesOnlyUnder(mountpoint)
-    else {
-      return answer(request, node, updating: here)
+    let byID = Dictionary(all.map { ($0.id, $0.handle) }, uniquingKeysWith: { first, _ in first })
+    switch decision.reply {
+    case .answer(let updating, let seeking):
+      answer(request, node, updating: updating.compactMap { byID[$0] }, seeking: seeking)
+    case .hold(let here, let followed):
+      hold(
+        request, node, answering: here.compactMap { byID[$0] },
+        until: followed.compactMap { byID[$0] })
     }
-    if !CallerProcess(pid: pid).writesToTerminal {
-      // Held only where a pass begins (the file tail opened first, which it fstats first),
-      // and only after a pass that read nothing: tail has flushed its buffer and slept.
-      let first = all.filter { entry in followed.contains { $0 === entry.handle } }
-        .min { $0.id < $1.id }?.handle
-      guard let first, here.contains(where: { $0 === first }),
-        followPasses.startPass(of: pid)
-      else { return answer(request, node, updating: here) }
-    }
-    hold(request, node, answering: here, until: followed)
   }
 
   /// Replies with the node's attributes now and records the size each handle was told.
