@@ -132,8 +132,8 @@ final class RoomFeedTests: XCTestCase {
     let restarted = ScriptedRoom(waiting: lines(0..<4))
     streams.offer(try connect(to: restarted))
     room.failNextRead(with: "room gone")
-    room.say(lines(3..<4).joined())
     let length = feed.length
+    room.say(lines(3..<4).joined())
     XCTAssertTrue(calledBack { feed.wait(beyond: length, $0) })
     XCTAssertTrue(waitUntil(timeout: 5) { restarted.reads >= 1 && streams.placements.count == 2 })
     XCTAssertTrue(waitUntil(timeout: 5) { restarted.parkedReads == 1 })

@@ -76,6 +76,9 @@ final class PostChannel: @unchecked Sendable {
     var room: String { PostChannel.room(of: payload) }
   }
 
+  // @unchecked: every var below is read and written under `lock` (an NSLock: its sections
+  // collect actions that run after the unlock, across several helpers); `Writer`s and
+  // `Item`s are touched only under it too.
   private let lock = NSLock()
   private var fids: [ObjectIdentifier: [[String]: Fid]] = [:]
   /// Posts not yet acknowledged, in order; the first is on the wire while `sending`.

@@ -24,6 +24,7 @@ import Dispatch
 import Foundation
 import FuseKit
 import Glibc
+import Synchronization
 
 /// The follow-loop waits of room files.
 enum RoomFollowing {
@@ -187,41 +188,44 @@ extension BBSFileSystem {
 /// Held follow-loop getattrs, answered at the latest after a wait limit by one shared sweep
 /// (a timer each would keep every answered hold alive for the whole wait: 50 tails of a busy
 /// room make thousands a minute).
-final class HeldFstats: @unchecked Sendable {
-  private let lock = NSLock()
-  private var nextID: UInt64 = 0
-  private var wakes: [UInt64: @Sendable () -> Void] = [:]
-  /// Deadlines in the order they were armed (every hold waits as long, so they are sorted).
-  private var deadlines: [(at: ContinuousClock.Instant, id: UInt64)] = []
-  private var head = 0
-  private var sweeping = false
+final class HeldFstats: Sendable {
+  private struct Holds {
+    var nextID: UInt64 = 0
+    var wakes: [UInt64: @Sendable () -> Void] = [:]
+    /// Deadlines in the order they were armed (every hold waits as long, so they are sorted).
+    var deadlines: [(at: ContinuousClock.Instant, id: UInt64)] = []
+    var head = 0
+    var sweeping = false
+  }
+
+  private let holds = Mutex(Holds())
 
   /// A new hold's id.
   func reserve() -> UInt64 {
-    lock.withLock {
-      nextID += 1
-      return nextID
+    holds.withLock {
+      $0.nextID += 1
+      return $0.nextID
     }
   }
 
   /// Calls `wake` after `limit` unless the hold is forgotten first.
   func arm(_ id: UInt64, after limit: Duration, _ wake: @escaping @Sendable () -> Void) {
-    let start = lock.withLock { () -> Bool in
-      wakes[id] = wake
-      deadlines.append((ContinuousClock.now + limit, id))
-      defer { sweeping = true }
-      return !sweeping
+    let start = holds.withLock { holds -> Bool in
+      holds.wakes[id] = wake
+      holds.deadlines.append((ContinuousClock.now + limit, id))
+      defer { holds.sweeping = true }
+      return !holds.sweeping
     }
     if start { scheduleSweep() }
   }
 
   /// The hold was answered: drop its wake.
   func forget(_ id: UInt64) {
-    lock.withLock { _ = wakes.removeValue(forKey: id) }
+    holds.withLock { _ = $0.wakes.removeValue(forKey: id) }
   }
 
   /// Holds still waiting (for tests and status).
-  var count: Int { lock.withLock { wakes.count } }
+  var count: Int { holds.withLock { $0.wakes.count } }
 
   private func scheduleSweep() {
     DispatchQueue.global().asyncAfter(deadline: .now() + 1) { [weak self] in self?.sweep() }
@@ -229,19 +233,21 @@ final class HeldFstats: @unchecked Sendable {
 
   private func sweep() {
     let now = ContinuousClock.now
-    let (due, more) = lock.withLock { () -> ([@Sendable () -> Void], Bool) in
+    let (due, more) = holds.withLock { holds -> ([@Sendable () -> Void], Bool) in
       var due: [@Sendable () -> Void] = []
-      while head < deadlines.count, deadlines[head].at <= now {
-        if let wake = wakes.removeValue(forKey: deadlines[head].id) { due.append(wake) }
-        head += 1
+      while holds.head < holds.deadlines.count, holds.deadlines[holds.head].at <= now {
+        if let wake = holds.wakes.removeValue(forKey: holds.deadlines[holds.head].id) {
+          due.append(wake)
+        }
+        holds.head += 1
       }
-      if head > 1024 && head * 2 > deadlines.count {
-        deadlines.removeFirst(head)
-        head = 0
+      if holds.head > 1024 && holds.head * 2 > holds.deadlines.count {
+        holds.deadlines.removeFirst(holds.head)
+        holds.head = 0
       }
       // Entries of answered holds go as their deadlines pass; stop once none is left.
-      sweeping = head < deadlines.count
-      return (due, sweeping)
+      holds.sweeping = holds.head < holds.deadlines.count
+      return (due, holds.sweeping)
     }
     for wake in due { wake() }
     if more { scheduleSweep() }
@@ -249,28 +255,23 @@ final class HeldFstats: @unchecked Sendable {
 }
 
 /// The feed waiters of one held getattr, cancelled together once it is answered.
-private final class FollowWaits: @unchecked Sendable {
-  private let lock = NSLock()
-  private var waits: [(RoomFeed, UInt64)] = []
-  private var cancelled = false
+private final class FollowWaits: Sendable {
+  private let state = Mutex<(waits: [(RoomFeed, UInt64)], cancelled: Bool)>(([], false))
 
   func add(_ feed: RoomFeed, _ id: UInt64) {
-    lock.lock()
-    if cancelled {
-      lock.unlock()
-      feed.cancelWait(id)
-      return
+    let cancelled = state.withLock { state in
+      if !state.cancelled { state.waits.append((feed, id)) }
+      return state.cancelled
     }
-    waits.append((feed, id))
-    lock.unlock()
+    if cancelled { feed.cancelWait(id) }
   }
 
   func cancelAll() {
-    lock.lock()
-    cancelled = true
-    let all = waits
-    waits.removeAll()
-    lock.unlock()
+    let all = state.withLock { state in
+      state.cancelled = true
+      defer { state.waits.removeAll() }
+      return state.waits
+    }
     for (feed, id) in all { feed.cancelWait(id) }
   }
 }
