@@ -49,7 +49,8 @@ final class RoomFeedTests: XCTestCase {
     let feed = feed(streams)
     XCTAssertFalse(feed.isCaughtUp)
     feed.retain()
-    XCTAssertTrue(calledBack { feed.whenCaughtUp(within: .seconds(5), $0) }, "caught up")
+    XCTAssertTrue(calledBack { feed.whenCaughtUp(within: .seconds(5), $0) })
+    XCTAssertTrue(feed.isCaughtUp)
     XCTAssertEqual(text(feed), lines(0..<3).joined())
     XCTAssertTrue(waitUntil(timeout: 5) { room.parkedReads == 1 }, "the next read parks")
     let length = feed.length
@@ -69,6 +70,8 @@ final class RoomFeedTests: XCTestCase {
     feed.retain()
     XCTAssertTrue(waitUntil(timeout: 5) { room.parkedReads == 1 })
     XCTAssertTrue(calledBack { feed.whenCaughtUp(within: .seconds(5), $0) })
+    // Caught up, not merely called back at the limit.
+    XCTAssertTrue(feed.isCaughtUp)
     XCTAssertFalse(feed.answersAtOnce)
     XCTAssertEqual(feed.length, 0)
   }
