@@ -28,6 +28,8 @@ public final class Outbox: @unchecked Sendable {
   }
 
   let directory: String
+  // @unchecked: `entries` and `nextSequence` are read and written only under `lock` (held
+  // around the bookkeeping only: the files are written and fsynced outside it).
   private let lock = NSLock()
   private var entries: [Entry] = []
   private var nextSequence: UInt64 = 1

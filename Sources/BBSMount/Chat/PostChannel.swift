@@ -76,6 +76,9 @@ final class PostChannel: @unchecked Sendable {
     var room: String { PostChannel.room(of: payload) }
   }
 
+  // @unchecked: every var below is read and written under `lock` (an NSLock: its sections
+  // collect actions that run after the unlock, across several helpers); `Writer`s and
+  // `Item`s are touched only under it too.
   private let lock = NSLock()
   private var fids: [ObjectIdentifier: [[String]: Fid]] = [:]
   /// Posts not yet acknowledged, in order; the first is on the wire while `sending`.
@@ -223,35 +226,9 @@ final class PostChannel: @unchecked Sendable {
       }
       deferred += answerLocked(item.writer, .success(()))
     case .failure(let error) where error.isLinkFailure:
-      queue[index].lastError = error.description
-      queue[index].uncertain = true
-      if outbox == nil {
-        // Nowhere to keep them: this post and every one waiting behind it fail now.
-        let writers = queue.compactMap(\.writer)
-        queue.removeAll()
-        for writer in writers { deferred += failWriterLocked(writer, error) }
-      } else {
-        let room = item.room
-        deferred.append { [self] in
-          logger.notice(
-            """
-            link lost while sending a post to \(room) (\(error)); kept in the outbox, sent \
-            again when the link is back
-            """)
-        }
-        // Down: everything waiting is kept, and sent when the link is back.
-        deferred += storeLocked(through: queue.last?.id ?? id, reason: error.description)
-        again = false
-        if !retryScheduled {
-          // The pool's next "up" drains; this covers a link that never counted as down.
-          retryScheduled = true
-          let delay = min(30, pow(2, Double(min(item.attempts, 5))))
-          DispatchQueue.global().asyncAfter(deadline: .now() + delay) { [self] in
-            lock.withLock { retryScheduled = false }
-            pump()
-          }
-        }
-      }
+      let kept = linkLostLocked(at: index, error)
+      deferred += kept.actions
+      again = kept.sendNext
     case .failure(let error):
       queue.remove(at: index)
       if let entry = item.entry {
@@ -270,6 +247,44 @@ final class PostChannel: @unchecked Sendable {
     lock.unlock()
     for action in deferred { action() }
     if again { pump() }
+  }
+
+  /// The link died under the post at `index` (it may have landed): without an outbox it and
+  /// every post behind it fail; with one, all are kept for the link's return. Lock held.
+  private func linkLostLocked(
+    at index: Int, _ error: NinePError
+  ) -> (actions: [() -> Void], sendNext: Bool) {
+    queue[index].lastError = error.description
+    queue[index].uncertain = true
+    let item = queue[index]
+    var deferred: [() -> Void] = []
+    guard outbox != nil else {
+      // Nowhere to keep them: this post and every one waiting behind it fail now.
+      let writers = queue.compactMap(\.writer)
+      queue.removeAll()
+      for writer in writers { deferred += failWriterLocked(writer, error) }
+      return (deferred, true)
+    }
+    let room = item.room
+    deferred.append { [self] in
+      logger.notice(
+        """
+        link lost while sending a post to \(room) (\(error)); kept in the outbox, sent \
+        again when the link is back
+        """)
+    }
+    // Down: everything waiting is kept, and sent when the link is back.
+    deferred += storeLocked(through: queue.last?.id ?? item.id, reason: error.description)
+    if !retryScheduled {
+      // The pool's next "up" drains; this covers a link that never counted as down.
+      retryScheduled = true
+      let delay = min(30, pow(2, Double(min(item.attempts, 5))))
+      DispatchQueue.global().asyncAfter(deadline: .now() + delay) { [self] in
+        lock.withLock { retryScheduled = false }
+        pump()
+      }
+    }
+    return (deferred, false)
   }
 
   // MARK: Answering writers, storing posts

@@ -2,6 +2,7 @@ import Foundation
 import FuseKit
 import Logging
 import NinePClient
+import Synchronization
 
 /// The rooms of a chat directory now, for `/chat/post` lines that name their room; an error
 /// when they cannot be known (never an empty set that would send `tech:hi` to the lobby).
@@ -13,9 +14,9 @@ typealias RoomLister =
 
 /// A writer of chat posts (`/chat/post`, or a room opened for writing): composes lines and
 /// sends them in order through the mount's ``PostChannel``.
-final class PostHandle: OpenHandle, @unchecked Sendable {
-  private let lock = NSLock()
-  private var composer: PostComposer
+final class PostHandle: OpenHandle {
+  /// Lines written so far and not yet posted (a write may end mid-line).
+  private let composer: Mutex<PostComposer>
   let channel: PostChannel
   let chatDirectory: [String]
   private let knownRooms: RoomLister
@@ -25,7 +26,7 @@ final class PostHandle: OpenHandle, @unchecked Sendable {
     room: String?, chatDirectory: [String], channel: PostChannel,
     logger: Logger = Logger(label: "mount9bbs.post"), knownRooms: @escaping RoomLister
   ) {
-    composer = PostComposer(fixedRoom: room)
+    composer = Mutex(PostComposer(fixedRoom: room))
     self.chatDirectory = chatDirectory
     self.channel = channel
     self.logger = logger
@@ -38,15 +39,13 @@ final class PostHandle: OpenHandle, @unchecked Sendable {
   /// whole (nothing of it is posted) rather than guess.
   func write(_ request: FuseRequest, data: [UInt8], offset: UInt64) {
     request.onInterrupt { $0.replyError(EINTR) }
-    let needsRooms = lock.withLock { composer.mayNameRoom(adding: data, finishing: false) }
+    let needsRooms = composer.withLock { $0.mayNameRoom(adding: data, finishing: false) }
     rooms(needsRooms) { [self] listed in
       guard case .success(let rooms) = listed else {
         request.replyError(refusal(listed))
         return
       }
-      lock.lock()
-      let posts = composer.append(data, knownRooms: rooms)
-      lock.unlock()
+      let posts = composer.withLock { $0.append(data, knownRooms: rooms) }
       send(posts) { result in
         switch result {
         case .success: request.replyWrite(data.count)
@@ -67,15 +66,13 @@ final class PostHandle: OpenHandle, @unchecked Sendable {
   }
 
   private func finish(_ completion: @escaping PostChannel.Completion) {
-    let needsRooms = lock.withLock { composer.mayNameRoom(adding: [], finishing: true) }
+    let needsRooms = composer.withLock { $0.mayNameRoom(adding: [], finishing: true) }
     rooms(needsRooms) { [self] listed in
       guard case .success(let rooms) = listed else {
-        lock.withLock { _ = composer.finish(knownRooms: []) }
+        composer.withLock { _ = $0.finish(knownRooms: []) }
         return completion(listed.map { _ in () })
       }
-      lock.lock()
-      let posts = composer.finish(knownRooms: rooms)
-      lock.unlock()
+      let posts = composer.withLock { $0.finish(knownRooms: rooms) }
       send(posts, completion)
     }
   }

@@ -12,6 +12,7 @@
 import Foundation
 import Logging
 import NinePClient
+import Synchronization
 
 /// What watches every room's feed (Awareness/): told of lines as the server's reads add them.
 protocol RoomFeedObserver: AnyObject, Sendable {
@@ -20,24 +21,24 @@ protocol RoomFeedObserver: AnyObject, Sendable {
 }
 
 /// The mount's room feeds, one per room path, made on the first open.
-final class RoomFeeds: @unchecked Sendable {
-  private let pool: Pool
+final class RoomFeeds: Sendable {
+  private let sessions: any StreamSessions
   private let historyDirectory: String?
   /// Other users' control characters reach readers raw (`-o rawtext`).
   private let rawText: Bool
   private let logger: Logger
-  private let lock = NSLock()
-  private var feeds: [[String]: RoomFeed] = [:]
+  private let feeds = Mutex<[[String]: RoomFeed]>([:])
   /// Called when a feed's transcript grows (poll wake-ups).
   private let onGrowth: @Sendable (RoomFeed) -> Void
   /// Told of every room's lines and incomplete backlogs (the watcher of Awareness/).
-  private var observer: (any RoomFeedObserver)?
+  private let observer = Mutex<(any RoomFeedObserver)?>(nil)
 
   init(
-    pool: Pool, historyDirectory: String?, rawText: Bool = false, logger: Logger,
+    pool sessions: any StreamSessions, historyDirectory: String?, rawText: Bool = false,
+    logger: Logger,
     onGrowth: @escaping @Sendable (RoomFeed) -> Void
   ) {
-    self.pool = pool
+    self.sessions = sessions
     self.historyDirectory = historyDirectory
     self.rawText = rawText
     self.logger = logger
@@ -46,18 +47,14 @@ final class RoomFeeds: @unchecked Sendable {
 
   /// The feed of the room at `path`, made if it has none yet.
   func feed(for path: [String], room: String) -> RoomFeed {
-    lock.lock()
-    if let existing = feeds[path] {
-      lock.unlock()
-      return existing
-    }
-    lock.unlock()
+    if let existing = feeds.withLock({ $0[path] }) { return existing }
     // Reading the room's history from disk happens outside the lock every request takes.
     let history = historyDirectory.flatMap {
       RoomHistory(directory: $0, room: path.joined(separator: "."), logger: logger)
     }
     let feed = RoomFeed(
-      room: room, path: path, pool: pool, history: history, rawText: rawText, logger: logger)
+      room: room, path: path, sessions: sessions, history: history, rawText: rawText, logger: logger
+    )
     feed.onGrowth = { [weak feed, onGrowth] in
       guard let feed else { return }
       onGrowth(feed)
@@ -70,33 +67,29 @@ final class RoomFeeds: @unchecked Sendable {
       guard let feed, let observer = self?.currentObserver else { return }
       observer.backlogIncomplete(feed)
     }
-    lock.lock()
-    defer { lock.unlock() }
-    // Another open of the same room may have made its feed meanwhile: one feed per room.
-    if let existing = feeds[path] { return existing }
-    feeds[path] = feed
-    return feed
+    return feeds.withLock { feeds in
+      // Another open of the same room may have made its feed meanwhile: one feed per room.
+      if let existing = feeds[path] { return existing }
+      feeds[path] = feed
+      return feed
+    }
   }
 
   /// Tells `observer` of every feed's lines from now on.
   func observe(with observer: any RoomFeedObserver) {
-    lock.withLock { self.observer = observer }
+    self.observer.withLock { $0 = observer }
   }
 
-  private var currentObserver: (any RoomFeedObserver)? { lock.withLock { observer } }
+  private var currentObserver: (any RoomFeedObserver)? { observer.withLock { $0 } }
 
   /// The feed of the room at `path`, if it has one.
   func existing(_ path: [String]) -> RoomFeed? {
-    lock.lock()
-    defer { lock.unlock() }
-    return feeds[path]
+    feeds.withLock { $0[path] }
   }
 
   /// Room feeds, for status output.
   var status: [(path: String, readers: Int, lines: Int, lastMessage: Date)] {
-    lock.lock()
-    let all = feeds
-    lock.unlock()
+    let all = feeds.withLock { $0 }
     return all.map { path, feed in
       let status = feed.status
       return ("/" + path.joined(separator: "/"), status.readers, status.lines, status.lastMessage)
@@ -105,10 +98,10 @@ final class RoomFeeds: @unchecked Sendable {
 
   /// Wakes every parked reader and stops the feeds (unmount).
   func shutdown() {
-    lock.lock()
-    let all = Array(feeds.values)
-    feeds.removeAll()
-    lock.unlock()
+    let all = feeds.withLock { feeds in
+      defer { feeds.removeAll() }
+      return Array(feeds.values)
+    }
     for feed in all { feed.shutdown() }
   }
 }

@@ -24,6 +24,7 @@ import Dispatch
 import Foundation
 import FuseKit
 import Glibc
+import Synchronization
 
 /// The follow-loop waits of room files.
 enum RoomFollowing {
@@ -89,44 +90,46 @@ struct CallerProcess {
   }
 }
 
+extension RoomHandle: FollowedRoom {}
+
+/// The caller of a getattr as ``FollowDecision`` asks about it: `/proc` and its follow passes.
+private struct FollowingCaller: FollowCaller {
+  let process: CallerProcess
+  let passes: FollowPasses
+
+  var pid: pid_t { process.pid }
+  var writesToTerminal: Bool { process.writesToTerminal }
+  func opensFilesOnlyUnder(_ mountpoint: String) -> Bool {
+    process.opensFilesOnlyUnder(mountpoint)
+  }
+  func startPass() -> Bool { passes.startPass(of: process.pid) }
+}
+
 extension BBSFileSystem {
   /// Answers a getattr of a room file, holding it while it is a follow-loop `fstat` (see the
-  /// file comment).
+  /// file comment and ``FollowDecision``).
   func getattrRoom(_ request: FuseRequest, _ node: InodeTable.Node, file: FuseFileInfo?) {
     let all = handles.all(RoomHandle.self)
-    if let file {
-      // A getattr with a handle comes from lseek(SEEK_END) and the like: the reader is now
-      // at the size it is told.
-      let handles = all.filter { $0.id == file.handle }.map(\.handle)
-      return answer(request, node, updating: handles, seeking: true)
-    }
-    let pid = request.caller.pid
-    let followed = all.map(\.handle).filter { $0.opener == pid && !$0.endsAtEnd && !$0.nonBlocking }
-    let here = followed.filter { $0.inode == node.inode }
-    let opened = all.contains { $0.handle.opener == pid && $0.handle.inode == node.inode }
-    if !opened, case .room(let room) = node.kind {
-      // A `stat` of a room nobody has open is answered at once with what the mount has (an
-      // `ls -l` stats every room: waiting for each room's backlog took seconds on a board
-      // and `timeout=` per room on a frozen server), and the room catches up meanwhile, so
-      // a `stat` a moment later, and the `tail -n` that opens it, show what the server has.
+    let decision = FollowDecision(
+      inode: node.inode, fileHandle: file?.handle,
+      caller: FollowingCaller(
+        process: CallerProcess(pid: request.caller.pid), passes: followPasses),
+      rooms: all.map { ($0.id, $0.handle) }, mountpoint: options.mountpoint)
+    if decision.catchesUp, case .room(let room) = node.kind {
+      // An `ls -l` stats every room: waiting for each room's backlog took seconds on a board
+      // and `timeout=` per room on a frozen server.
       let feed = feeds.feed(for: node.path, room: room)
       if !feed.isCaughtUp { feed.catchUpForStat {} }
     }
-    guard !here.isEmpty, followed.allSatisfy(\.isCaughtUp), let mountpoint = options.mountpoint,
-      CallerProcess(pid: pid).opensFilesOnlyUnder(mountpoint)
-    else {
-      return answer(request, node, updating: here)
+    let byID = Dictionary(all.map { ($0.id, $0.handle) }, uniquingKeysWith: { first, _ in first })
+    switch decision.reply {
+    case .answer(let updating, let seeking):
+      answer(request, node, updating: updating.compactMap { byID[$0] }, seeking: seeking)
+    case .hold(let here, let followed):
+      hold(
+        request, node, answering: here.compactMap { byID[$0] },
+        until: followed.compactMap { byID[$0] })
     }
-    if !CallerProcess(pid: pid).writesToTerminal {
-      // Held only where a pass begins (the file tail opened first, which it fstats first),
-      // and only after a pass that read nothing: tail has flushed its buffer and slept.
-      let first = all.filter { entry in followed.contains { $0 === entry.handle } }
-        .min { $0.id < $1.id }?.handle
-      guard let first, here.contains(where: { $0 === first }),
-        followPasses.startPass(of: pid)
-      else { return answer(request, node, updating: here) }
-    }
-    hold(request, node, answering: here, until: followed)
   }
 
   /// Replies with the node's attributes now and records the size each handle was told.
@@ -185,41 +188,44 @@ extension BBSFileSystem {
 /// Held follow-loop getattrs, answered at the latest after a wait limit by one shared sweep
 /// (a timer each would keep every answered hold alive for the whole wait: 50 tails of a busy
 /// room make thousands a minute).
-final class HeldFstats: @unchecked Sendable {
-  private let lock = NSLock()
-  private var nextID: UInt64 = 0
-  private var wakes: [UInt64: @Sendable () -> Void] = [:]
-  /// Deadlines in the order they were armed (every hold waits as long, so they are sorted).
-  private var deadlines: [(at: ContinuousClock.Instant, id: UInt64)] = []
-  private var head = 0
-  private var sweeping = false
+final class HeldFstats: Sendable {
+  private struct Holds {
+    var nextID: UInt64 = 0
+    var wakes: [UInt64: @Sendable () -> Void] = [:]
+    /// Deadlines in the order they were armed (every hold waits as long, so they are sorted).
+    var deadlines: [(at: ContinuousClock.Instant, id: UInt64)] = []
+    var head = 0
+    var sweeping = false
+  }
+
+  private let holds = Mutex(Holds())
 
   /// A new hold's id.
   func reserve() -> UInt64 {
-    lock.withLock {
-      nextID += 1
-      return nextID
+    holds.withLock {
+      $0.nextID += 1
+      return $0.nextID
     }
   }
 
   /// Calls `wake` after `limit` unless the hold is forgotten first.
   func arm(_ id: UInt64, after limit: Duration, _ wake: @escaping @Sendable () -> Void) {
-    let start = lock.withLock { () -> Bool in
-      wakes[id] = wake
-      deadlines.append((ContinuousClock.now + limit, id))
-      defer { sweeping = true }
-      return !sweeping
+    let start = holds.withLock { holds -> Bool in
+      holds.wakes[id] = wake
+      holds.deadlines.append((ContinuousClock.now + limit, id))
+      defer { holds.sweeping = true }
+      return !holds.sweeping
     }
     if start { scheduleSweep() }
   }
 
   /// The hold was answered: drop its wake.
   func forget(_ id: UInt64) {
-    lock.withLock { _ = wakes.removeValue(forKey: id) }
+    holds.withLock { _ = $0.wakes.removeValue(forKey: id) }
   }
 
   /// Holds still waiting (for tests and status).
-  var count: Int { lock.withLock { wakes.count } }
+  var count: Int { holds.withLock { $0.wakes.count } }
 
   private func scheduleSweep() {
     DispatchQueue.global().asyncAfter(deadline: .now() + 1) { [weak self] in self?.sweep() }
@@ -227,19 +233,21 @@ final class HeldFstats: @unchecked Sendable {
 
   private func sweep() {
     let now = ContinuousClock.now
-    let (due, more) = lock.withLock { () -> ([@Sendable () -> Void], Bool) in
+    let (due, more) = holds.withLock { holds -> ([@Sendable () -> Void], Bool) in
       var due: [@Sendable () -> Void] = []
-      while head < deadlines.count, deadlines[head].at <= now {
-        if let wake = wakes.removeValue(forKey: deadlines[head].id) { due.append(wake) }
-        head += 1
+      while holds.head < holds.deadlines.count, holds.deadlines[holds.head].at <= now {
+        if let wake = holds.wakes.removeValue(forKey: holds.deadlines[holds.head].id) {
+          due.append(wake)
+        }
+        holds.head += 1
       }
-      if head > 1024 && head * 2 > deadlines.count {
-        deadlines.removeFirst(head)
-        head = 0
+      if holds.head > 1024 && holds.head * 2 > holds.deadlines.count {
+        holds.deadlines.removeFirst(holds.head)
+        holds.head = 0
       }
       // Entries of answered holds go as their deadlines pass; stop once none is left.
-      sweeping = head < deadlines.count
-      return (due, sweeping)
+      holds.sweeping = holds.head < holds.deadlines.count
+      return (due, holds.sweeping)
     }
     for wake in due { wake() }
     if more { scheduleSweep() }
@@ -247,28 +255,23 @@ final class HeldFstats: @unchecked Sendable {
 }
 
 /// The feed waiters of one held getattr, cancelled together once it is answered.
-private final class FollowWaits: @unchecked Sendable {
-  private let lock = NSLock()
-  private var waits: [(RoomFeed, UInt64)] = []
-  private var cancelled = false
+private final class FollowWaits: Sendable {
+  private let state = Mutex<(waits: [(RoomFeed, UInt64)], cancelled: Bool)>(([], false))
 
   func add(_ feed: RoomFeed, _ id: UInt64) {
-    lock.lock()
-    if cancelled {
-      lock.unlock()
-      feed.cancelWait(id)
-      return
+    let cancelled = state.withLock { state in
+      if !state.cancelled { state.waits.append((feed, id)) }
+      return state.cancelled
     }
-    waits.append((feed, id))
-    lock.unlock()
+    if cancelled { feed.cancelWait(id) }
   }
 
   func cancelAll() {
-    lock.lock()
-    cancelled = true
-    let all = waits
-    waits.removeAll()
-    lock.unlock()
+    let all = state.withLock { state in
+      state.cancelled = true
+      defer { state.waits.removeAll() }
+      return state.waits
+    }
     for (feed, id) in all { feed.cancelWait(id) }
   }
 }

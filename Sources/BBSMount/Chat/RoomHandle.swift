@@ -1,12 +1,13 @@
 import Foundation
 import FuseKit
+import Synchronization
 
 #if canImport(Glibc)
   import Glibc
 #endif
 
 /// A chat room open for reading: reads the room feed's transcript at its own offset.
-final class RoomHandle: OpenHandle, @unchecked Sendable {
+final class RoomHandle: OpenHandle {
   let feed: RoomFeed
   /// The room file's inode.
   let inode: FuseInode
@@ -22,12 +23,16 @@ final class RoomHandle: OpenHandle, @unchecked Sendable {
   let passes: FollowPasses
   /// Called when a read reaches the end of the transcript (the room's unread count resets).
   let readToEnd: (@Sendable () -> Void)?
-  private let lock = NSLock()
-  private var readOffset: UInt64 = 0
-  private var reportedSize: UInt64?
-  /// Told its size through lseek(SEEK_END) and not yet through a plain `fstat`.
-  private var seekedToEnd = false
-  private var pollHandle: FusePollHandle?
+  private let position = Mutex(Position())
+
+  /// Where its reader is and what it was told.
+  private struct Position {
+    var readOffset: UInt64 = 0
+    var reportedSize: UInt64?
+    /// Told its size through lseek(SEEK_END) and not yet through a plain `fstat`.
+    var seekedToEnd = false
+    var pollHandle: FusePollHandle?
+  }
 
   /// How long a copy's open of a room waits for the room's first line.
   static let copyOpenWait: Duration = .seconds(1)
@@ -172,21 +177,19 @@ final class RoomHandle: OpenHandle, @unchecked Sendable {
 
   /// Where this handle's reader has got to, for poll readiness and follow waits.
   func advance(to offset: UInt64) {
-    lock.lock()
-    readOffset = max(readOffset, offset)
-    lock.unlock()
+    position.withLock { $0.readOffset = max($0.readOffset, offset) }
   }
 
   /// The size a getattr of its opener last reported; `seeking` when it came with the file
   /// handle (lseek to the end), not from `fstat`.
   func reported(_ size: UInt64, seeking: Bool) {
-    lock.lock()
-    reportedSize = size
-    seekedToEnd = seeking
-    // lseek(SEEK_END) puts the reader at that size: `tail -n 0 -f` reads nothing before it
-    // follows.
-    if seeking { readOffset = max(readOffset, size) }
-    lock.unlock()
+    position.withLock {
+      $0.reportedSize = size
+      $0.seekedToEnd = seeking
+      // lseek(SEEK_END) puts the reader at that size: `tail -n 0 -f` reads nothing before it
+      // follows.
+      if seeking { $0.readOffset = max($0.readOffset, size) }
+    }
   }
 
   /// Whether its reader has seen the room's size and read up to it: what GNU tail's follow
@@ -194,61 +197,52 @@ final class RoomHandle: OpenHandle, @unchecked Sendable {
   /// is tail's start-up, done for one file before it opens the next.
   var isCaughtUp: Bool {
     let length = feed.length
-    lock.lock()
-    defer { lock.unlock() }
-    return reportedSize == length && readOffset >= length && !seekedToEnd
+    return position.withLock {
+      $0.reportedSize == length && $0.readOffset >= length && !$0.seekedToEnd
+    }
   }
 
   /// The size last reported, or 0.
   var lastReported: UInt64 {
-    lock.lock()
-    defer { lock.unlock() }
-    return reportedSize ?? 0
+    position.withLock { $0.reportedSize ?? 0 }
   }
 
   var isReadable: Bool {
-    lock.lock()
-    defer { lock.unlock() }
-    return feed.length > readOffset
+    let length = feed.length
+    return position.withLock { length > $0.readOffset }
   }
 
   func keep(_ handle: FusePollHandle) {
-    lock.lock()
-    pollHandle = handle
-    lock.unlock()
+    position.withLock { $0.pollHandle = handle }
   }
 
   func notifyPoll() {
-    lock.lock()
-    let handle = pollHandle
-    lock.unlock()
+    let handle = position.withLock { $0.pollHandle }
     _ = handle?.notify()
   }
 }
 
 /// Holds a waiter id set after registration, read by an interrupt handler.
-final class WaiterBox: @unchecked Sendable {
-  private let lock = NSLock()
-  private var value: UInt64?
+final class WaiterBox: Sendable {
+  private let value = Mutex<UInt64?>(nil)
   var id: UInt64? {
-    get { lock.withLock { value } }
-    set { lock.withLock { value = newValue } }
+    get { value.withLock { $0 } }
+    set { value.withLock { $0 = newValue } }
   }
 }
 
 /// The passes of each process's follow loop: whether the pass that just ended read anything.
 /// GNU tail fstats its files in the same order every pass and flushes a pipe only after a
 /// pass with no input (see ``RoomFollowing``).
-final class FollowPasses: @unchecked Sendable {
+final class FollowPasses: Sendable {
   private struct Loop {
     var readInPass = true
   }
 
-  private let lock = NSLock()
-  private var loops: [pid_t: Loop] = [:]
+  private let loops = Mutex<[pid_t: Loop]>([:])
 
   func read(by pid: pid_t) {
-    lock.withLock {
+    loops.withLock { loops in
       // Bounded: forgetting every loop costs at most one fstat answered at once.
       if loops.count > 4096 && loops[pid] == nil { loops.removeAll() }
       loops[pid, default: Loop()].readInPass = true
@@ -257,7 +251,7 @@ final class FollowPasses: @unchecked Sendable {
 
   /// A new pass of `pid`'s loop begins: whether the one that ended read nothing.
   func startPass(of pid: pid_t) -> Bool {
-    lock.withLock {
+    loops.withLock { loops in
       let quiet = !(loops[pid]?.readInPass ?? true)
       loops[pid, default: Loop()].readInPass = false
       return quiet
