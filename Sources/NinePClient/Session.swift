@@ -10,13 +10,18 @@
 // - Callers (FUSE worker threads, room feeds, the pool's keepalive) call
 //   `send(_:options:completion:)`, which queues the request under the lock and signals the
 //   writer. On a multiplexing server a caller with nothing queued ahead writes its own
-//   request instead (the fast path: no thread hop).
+//   request instead (the fast path: no thread hop); that write may wait for the socket, so a
+//   reader thread never takes it.
 // - The writer thread takes queued requests in order whenever the tag table lets one go (a
 //   free tag, the ``WireDiscipline``'s leave) and writes them. It also expires request
 //   timeouts, sending Tflush for what was already on the wire, and flushes the parked read
 //   whose turn is over.
 // - The reader thread decodes replies, hands them to the tag table and runs the completions.
-//   Completions run on the reader thread and must not block.
+//   Completions run on the reader thread and must not block, and by design they cannot block
+//   it on the socket: a request sent from a completion (the next chunk of a chained read or
+//   write, a feed's next read) is queued for the writer, never written on a reader thread.
+//   Written there, it could wait for the server to read while the server waits for us to
+//   read its reply (9bbsd writes a reply before it reads the next request).
 // - Any transport error, EOF or protocol violation closes the session: every pending request
 //   fails with `.sessionClosed(reason)` and `onClose` tells the owner (the pool) why.
 
@@ -131,7 +136,7 @@ public final class Session: @unchecked Sendable {
   // MARK: - Requests
 
   /// Queues a request; `completion` is called exactly once with the reply (Rerror becomes
-  /// ``NinePError/server(ename:errno:)``) or an error. Never blocks.
+  /// ``NinePError/server(ename:errno:)``) or an error. Never blocks a reader thread.
   @discardableResult
   public func send(
     _ message: Message, options: RequestOptions = RequestOptions(),
@@ -163,9 +168,10 @@ public final class Session: @unchecked Sendable {
       return handle
     }
     // Multiplex fast path: with nothing queued ahead, send on the caller's thread instead of
-    // handing over to the writer (a thread hop and two context switches).
-    if configuration.profile == .multiplex && state.table.queuedCount == 1,
-      let dispatch = state.table.dispatchNext(now: now)
+    // handing over to the writer (a thread hop and two context switches). Never on a reader
+    // thread, where waiting for the socket would stop replies (see the file comment).
+    if configuration.profile == .multiplex && state.table.queuedCount == 1
+      && !ReplyThread.isCurrent, let dispatch = state.table.dispatchNext(now: now)
     {
       let frame = frameLocked(dispatch)
       // The writer expires timeouts; wake it only if it would otherwise sleep past this one.
