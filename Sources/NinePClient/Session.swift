@@ -157,33 +157,43 @@ public final class Session: @unchecked Sendable {
       }
     let now = ContinuousClock.now
     let deadline = timeout.map { now + $0 }
+    let callbacks = Callbacks(completion: completion, spliceSink: spliceSink)
+    // Multiplex fast path: with nothing queued ahead, send on the caller's thread instead of
+    // handing over to the writer (a thread hop and two context switches). Never on a reader
+    // thread, where waiting for the socket would stop replies (see the file comment).
+    let fastPath = configuration.profile == .multiplex && !ReplyThread.isCurrent
+    let splices = spliceSink != nil
     condition.lock()
-    let (id, refused) = state.table.submit(
-      message, mayPark: options.mayPark, splices: spliceSink != nil, deadline: deadline,
-      callback: Callbacks(completion: completion, spliceSink: spliceSink))
+    let id: UInt64
+    let refused: [Action]
+    var dispatch: TagTable<Callbacks>.Dispatch?
+    if fastPath {
+      (id, refused, dispatch) = state.table.submitAndDispatch(
+        message, mayPark: options.mayPark, splices: splices, deadline: deadline,
+        callback: callbacks, now: now)
+    } else {
+      (id, refused) = state.table.submit(
+        message, mayPark: options.mayPark, splices: splices, deadline: deadline,
+        callback: callbacks)
+    }
     let handle = RequestHandle(id: id)
     if !refused.isEmpty {
       condition.unlock()
       run(refused)
       return handle
     }
-    // Multiplex fast path: with nothing queued ahead, send on the caller's thread instead of
-    // handing over to the writer (a thread hop and two context switches). Never on a reader
-    // thread, where waiting for the socket would stop replies (see the file comment).
-    if configuration.profile == .multiplex && state.table.queuedCount == 1
-      && !ReplyThread.isCurrent, let dispatch = state.table.dispatchNext(now: now)
-    {
-      let frame = frameLocked(dispatch)
-      // The writer expires timeouts; wake it only if it would otherwise sleep past this one.
-      if let deadline, state.writerWakesAt.map({ deadline < $0 }) ?? true {
-        condition.signal()
-      }
+    guard let dispatch else {
+      condition.signal()
       condition.unlock()
-      _ = transmit(frame, dispatch)
       return handle
     }
-    condition.signal()
+    let frame = frameLocked(dispatch)
+    // The writer expires timeouts; wake it only if it would otherwise sleep past this one.
+    if let deadline, state.writerWakesAt.map({ deadline < $0 }) ?? true {
+      condition.signal()
+    }
     condition.unlock()
+    _ = transmit(frame, dispatch)
     return handle
   }
 

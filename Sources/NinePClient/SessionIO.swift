@@ -157,7 +157,7 @@ extension Session {
       }
       let actions = takeReply(tag: tag, message: message, frameSize: frameSize, spliced: spliced)
       run(actions)
-      if actions.contains(where: \.isViolation) { return }
+      if actions.contains(where: { $0.isViolation }) { return }
     }
   }
 

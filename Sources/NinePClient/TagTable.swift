@@ -7,7 +7,8 @@
 // A request's life:
 // - `submit` queues it (or refuses it at once when the session is closed).
 // - `dispatchNext` lets the first queued request that may go have a tag: a free tag and the
-//   ``WireDiscipline``'s leave. The session encodes and writes it.
+//   ``WireDiscipline``'s leave. The session encodes and writes it. (`submitAndDispatch` does
+//   both at once for a request with nothing queued ahead: the session's fast path.)
 // - `receive` matches a reply to its tag, checks it against the request, frees the tag and
 //   answers the caller.
 // - `cancel`, `expire` (a deadline passed) and `stopParking` withdraw requests: one still queued
@@ -154,19 +155,48 @@ struct TagTable<Callback> {
     _ message: Message, mayPark: Bool = false, splices: Bool = false,
     deadline: ContinuousClock.Instant?, callback: Callback
   ) -> (id: UInt64, actions: [Action]) {
+    let (id, request, refused) = admit(
+      message, mayPark: mayPark, splices: splices, deadline: deadline, callback: callback)
+    if let request {
+      requests[id] = request
+      queue.append(id)
+    }
+    return (id, refused)
+  }
+
+  /// Submits `message` like ``submit(_:mayPark:splices:deadline:callback:)``, but when nothing
+  /// is queued ahead and it may go at `now`, it takes its tag at once, without passing through
+  /// the queue: the caller writes it (a session's fast path).
+  mutating func submitAndDispatch(
+    _ message: Message, mayPark: Bool = false, splices: Bool = false,
+    deadline: ContinuousClock.Instant?, callback: Callback, now: ContinuousClock.Instant
+  ) -> (id: UInt64, actions: [Action], dispatch: Dispatch?) {
+    let (id, admitted, refused) = admit(
+      message, mayPark: mayPark, splices: splices, deadline: deadline, callback: callback)
+    guard let request = admitted else { return (id, refused, nil) }
+    guard queue.isEmpty, !freeTags.isEmpty, discipline.canSend(request.traits, now: now) else {
+      requests[id] = request
+      queue.append(id)
+      return (id, [], nil)
+    }
+    return (id, [], send(id, request, now: now))
+  }
+
+  /// A new request for `message`, or the refusal that answers its caller at once.
+  private mutating func admit(
+    _ message: Message, mayPark: Bool, splices: Bool, deadline: ContinuousClock.Instant?,
+    callback: Callback
+  ) -> (id: UInt64, request: Request?, refused: [Action]) {
     let id = nextID
     nextID += 1
     if let reason = closedReason ?? (mayPark ? parkingStoppedReason : nil) {
-      return (
-        id,
-        [.complete(id: id, callback: callback, result: .failure(.sessionClosed(reason: reason)))]
-      )
+      let refusal = NinePError.sessionClosed(reason: reason)
+      return (id, nil, [.complete(id: id, callback: callback, result: .failure(refusal))])
     }
-    requests[id] = Request(
+    let request = Request(
       message: message, traits: WireDiscipline.Request(message, mayPark: mayPark),
       splices: splices, callback: callback, deadline: deadline)
-    queue.append(id)
-    return (id, [])
+    return (id, request, [])
   }
 
   /// Takes the first queued request that may go on the wire at `now` (requests go in order,
@@ -178,7 +208,15 @@ struct TagTable<Callback> {
       })
     else { return nil }
     let id = queue.remove(at: index)
-    guard var request = requests[id] else { return nil }
+    guard let request = requests[id] else { return nil }
+    return send(id, request, now: now)
+  }
+
+  /// Gives request `id` a free tag and tells the discipline it went at `now`.
+  private mutating func send(
+    _ id: UInt64, _ request: Request, now: ContinuousClock.Instant
+  ) -> Dispatch {
+    var request = request
     let tag = freeTags.removeLast()
     request.tag = tag
     request.sentAt = now
@@ -312,10 +350,13 @@ struct TagTable<Callback> {
   /// on the wire is answered `.timedOut` and flushed (its late reply is only cleaned up). A
   /// Tflush past its deadline means the server stopped answering (the last action).
   mutating func expire(now: ContinuousClock.Instant) -> [Action] {
-    let overdue = requests.filter { _, request in
-      guard let deadline = request.deadline else { return false }
-      return deadline <= now && !request.abandoned
-    }.keys.sorted()
+    // Runs on every pass of the writer: nothing is allocated unless something is overdue.
+    var overdue: [UInt64] = []
+    for (id, request) in requests where !request.abandoned {
+      if let deadline = request.deadline, deadline <= now { overdue.append(id) }
+    }
+    if overdue.isEmpty { return [] }
+    overdue.sort()
     var actions: [Action] = []
     var unansweredFlush: Message?
     for id in overdue {

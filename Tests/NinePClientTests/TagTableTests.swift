@@ -46,6 +46,29 @@ final class TagTableTests: XCTestCase {
     return flush.tag
   }
 
+  /// The fast path: a request with nothing queued ahead takes its tag at once; one behind
+  /// queued work waits its turn in the queue.
+  func testSubmitAndDispatchSkipsTheQueueOnlyWhenNothingWaits() throws {
+    var table = table(tags: 1)
+    let a = table.submitAndDispatch(.tstat(fid: 0), deadline: nil, callback: "A", now: at(0))
+    let sent = try XCTUnwrap(a.dispatch, "nothing waited, yet A did not go at once")
+    XCTAssertEqual(sent.id, a.id)
+    XCTAssertEqual(table.queuedCount, 0)
+    let b = table.submitAndDispatch(.tstat(fid: 0), deadline: nil, callback: "B", now: at(0))
+    XCTAssertNil(b.dispatch, "no tag is free")
+    XCTAssertTrue(table.isQueued(b.id))
+    _ = table.receive(tag: sent.tag, message: .rstat(stat: stat), now: at(1))
+    let c = table.submitAndDispatch(.tclunk(fid: 4), deadline: nil, callback: "C", now: at(1))
+    XCTAssertNil(c.dispatch, "C went ahead of B, queued before it")
+    XCTAssertEqual(table.dispatchNext(now: at(1))?.id, b.id)
+    _ = table.close(reason: "gone")
+    let d = table.submitAndDispatch(.tstat(fid: 0), deadline: nil, callback: "D", now: at(2))
+    XCTAssertNil(d.dispatch)
+    XCTAssertEqual(
+      d.actions,
+      [.complete(id: d.id, callback: "D", result: .failure(.sessionClosed(reason: "gone")))])
+  }
+
   // MARK: Replies
 
   func testAReplyAnswersItsCallerAndFreesItsTag() throws {
