@@ -108,4 +108,61 @@ final class ChainedTransferTests: XCTestCase {
     XCTAssertTrue(onDisk == Data(payload), "the file written differs on the server's disk")
     XCTAssertNil(session.closedReason)
   }
+
+  /// The rule itself, against a scripted peer: a request sent from a completion is written by
+  /// the writer thread, never by the reader thread that ran the completion, while a request
+  /// from any other thread still takes the fast path (written by its caller).
+  func testACompletionsRequestIsWrittenByTheWriterThread() throws {
+    let (client, server) = MemoryTransport.pair()
+    let stat = Stat(qid: Qid(path: 2), mode: FileMode(permissions: 0o644), name: "motd")
+    let peer = ScriptedServer(transport: server) { server, tag, _ in
+      server.reply(tag, .rstat(stat: stat))
+    }
+    _ = peer
+    let transport = ThreadNotingTransport(client)
+    let session = try Session.connect(
+      transport: transport,
+      configuration: SessionConfiguration(profile: .multiplex, uname: "glenda"))
+    addTeardownBlock { session.close() }
+
+    let chained = Outcomes<Message>()
+    let completionThread = EventLog()
+    session.send(.tstat(fid: 0)) { _ in
+      completionThread.record("\(pthread_self())")
+      session.send(.tclunk(fid: 0)) { chained.add($0) }
+    }
+    XCTAssertTrue(chained.wait(timeout: 10), "the chained request got no reply")
+    // Tversion and Tattach came first.
+    let writes = Array(transport.writers.entries.dropFirst(2))
+    let me = "\(pthread_self())"
+    let reader = try XCTUnwrap(completionThread.entries.first)
+    XCTAssertEqual(writes.first, "\(me) Tstat", "the caller's request did not take the fast path")
+    XCTAssertEqual(writes.count, 2, "\(writes)")
+    let clunkWriter = try XCTUnwrap(writes.last?.split(separator: " ").first.map(String.init))
+    XCTAssertNotEqual(clunkWriter, reader, "the reader thread wrote the completion's request")
+    XCTAssertNotEqual(clunkWriter, me)
+  }
+}
+
+/// A transport that notes which thread (`pthread_self`) wrote each request.
+private final class ThreadNotingTransport: MessageTransport, Sendable {
+  let inner: MemoryTransport
+  let writers = EventLog()
+  var address: TransportAddress { inner.address }
+  var sendSDULimit: Int? { inner.sendSDULimit }
+
+  init(_ inner: MemoryTransport) { self.inner = inner }
+
+  func send(_ message: [UInt8]) throws(TransportError) {
+    if let (_, request) = try? Message.decode(message, limits: .unbounded) {
+      writers.record("\(pthread_self()) \(request.type)")
+    }
+    try inner.send(message)
+  }
+
+  func receive(limit: Int) throws(TransportError) -> [UInt8]? {
+    try inner.receive(limit: limit)
+  }
+
+  func close() { inner.close() }
 }
