@@ -10,18 +10,21 @@
 // - Callers (FUSE worker threads, room feeds, the pool's keepalive) call
 //   `send(_:options:completion:)`, which queues the request under the lock and signals the
 //   writer. On a multiplexing server a caller with nothing queued ahead writes its own
-//   request instead (the fast path: no thread hop); that write may wait for the socket, so a
-//   reader thread never takes it.
+//   request instead (the fast path: no thread hop). A completion that sends takes it too, on
+//   the reader thread: see the next point.
 // - The writer thread takes queued requests in order whenever the tag table lets one go (a
 //   free tag, the ``WireDiscipline``'s leave) and writes them. It also expires request
 //   timeouts, sending Tflush for what was already on the wire, and flushes the parked read
 //   whose turn is over.
 // - The reader thread decodes replies, hands them to the tag table and runs the completions.
-//   Completions run on the reader thread and must not block, and by design they cannot block
-//   it on the socket: a request sent from a completion (the next chunk of a chained read or
-//   write, a feed's next read) is queued for the writer, never written on a reader thread.
-//   Written there, it could wait for the server to read while the server waits for us to
-//   read its reply (9bbsd writes a reply before it reads the next request).
+//   Completions run on the reader thread and must not block. Known gap (issue 26): a request
+//   sent from a completion on the multiplex fast path (the next chunk of a chained read or
+//   write, a feed's next read) is written on the reader thread and can wait there for the
+//   socket, while the server waits for us to read its reply (9bbsd writes a reply before it
+//   reads the next request): a large chained write with large reads flowing back on one
+//   session, with small socket buffers, can stall both ways. Queueing such requests for the
+//   writer instead (branch client-rule) cost pipelined reads 30-45 % in a debug build; the
+//   fix wanted is a send that never waits, with the writer taking over what it could not send.
 // - Any transport error, EOF or protocol violation closes the session: every pending request
 //   fails with `.sessionClosed(reason)` and `onClose` tells the owner (the pool) why.
 
@@ -136,7 +139,8 @@ public final class Session: @unchecked Sendable {
   // MARK: - Requests
 
   /// Queues a request; `completion` is called exactly once with the reply (Rerror becomes
-  /// ``NinePError/server(ename:errno:)``) or an error. Never blocks a reader thread.
+  /// ``NinePError/server(ename:errno:)``) or an error. Never blocks, but for the fast path's
+  /// write (see the file comment).
   @discardableResult
   public func send(
     _ message: Message, options: RequestOptions = RequestOptions(),
@@ -159,9 +163,8 @@ public final class Session: @unchecked Sendable {
     let deadline = timeout.map { now + $0 }
     let callbacks = Callbacks(completion: completion, spliceSink: spliceSink)
     // Multiplex fast path: with nothing queued ahead, send on the caller's thread instead of
-    // handing over to the writer (a thread hop and two context switches). Never on a reader
-    // thread, where waiting for the socket would stop replies (see the file comment).
-    let fastPath = configuration.profile == .multiplex && !ReplyThread.isCurrent
+    // handing over to the writer (a thread hop and two context switches).
+    let fastPath = configuration.profile == .multiplex
     let splices = spliceSink != nil
     condition.lock()
     let id: UInt64

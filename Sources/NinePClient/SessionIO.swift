@@ -5,8 +5,7 @@
 //   tag or a wire slot, or a deadline, park grace or parking turn comes; then it expires what
 //   is overdue, rotates parked reads and writes whatever the tag table lets go.
 // - The reader receives and decodes frames, hands each reply to the tag table and runs the
-//   actions: the completions run here. It is marked a ``ReplyThread``, so a completion that
-//   sends queues its request for the writer rather than writing it on this thread.
+//   actions: the completions run here.
 
 import Foundation
 import Logging
@@ -109,7 +108,6 @@ extension Session {
   // MARK: - Reading
 
   private func readerLoop() {
-    ReplyThread.markCurrent()
     let limit = Int(configuration.requestedMsize)
     let rule = SpliceRule(
       isExpecting: { [unowned self] in
@@ -184,25 +182,4 @@ extension Session {
     if state.table.queuedCount > 0 { condition.signal() }
     return actions
   }
-}
-
-/// Marks the threads that run completions as replies arrive (every session's reader), so
-/// that a request sent from a completion is queued for the writer and never written on a
-/// reader thread. Per thread rather than per session: a completion on one session's reader
-/// may send on another session (a room feed that moved).
-enum ReplyThread {
-  /// Non-nil on reader threads only. A thread-specific key, since it is read on every send.
-  private static let key: pthread_key_t = {
-    var key = pthread_key_t()
-    _ = pthread_key_create(&key, nil)
-    return key
-  }()
-
-  /// Marks the calling thread, for the rest of its life.
-  static func markCurrent() {
-    _ = pthread_setspecific(key, UnsafeRawPointer(bitPattern: 1))
-  }
-
-  /// Whether the calling thread is a reader thread.
-  static var isCurrent: Bool { pthread_getspecific(key) != nil }
 }
