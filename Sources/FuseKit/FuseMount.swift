@@ -55,6 +55,10 @@ public struct FuseMountOptions: Sendable {
   /// Stop cleanly on SIGINT, SIGTERM and SIGHUP (for a daemon's main mount; leave off for
   /// library use and tests). Also clears the calling thread's signal mask.
   public var handleSignals = false
+  /// With ``handleSignals``: once the loop has stopped, SIGINT, SIGTERM and SIGHUP are ignored
+  /// instead of given back their default (deadly) action, with no moment in between, so a
+  /// program's shutdown after ``FuseMount/run()`` returns is not cut short by a second signal.
+  public var ignoresSignalsAfterStop = false
   /// Log every FUSE operation and reply at debug level (lowers the mount's logger to debug).
   public var trace = false
 
@@ -318,7 +322,9 @@ public final class FuseMount: Sendable {
     core.exiting.store(true, ordering: .relaxed)
     core.sweep()
     core.detach()
-    if options.handleSignals { SignalRelay.uninstall(se.raw) }
+    if options.handleSignals {
+      SignalRelay.uninstall(se.raw, ignoringSignals: options.ignoresSignalsAfterStop)
+    }
     fuse_session_unmount(se.raw)
     fuse_session_destroy(se.raw)
     // After an aborted connection libfuse leaves the (dead) mount in place: detach it, if

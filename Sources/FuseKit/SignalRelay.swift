@@ -43,11 +43,18 @@ enum SignalRelay {
     }
   }
 
-  /// Before `fuse_remove_signal_handlers`: puts libfuse's handlers back, then removes them.
-  static func uninstall(_ se: OpaquePointer) {
+  /// Before `fuse_remove_signal_handlers`: puts libfuse's handlers back, then removes them
+  /// (restoring the defaults). `ignoringSignals`: the relay is replaced by SIG_IGN in one step
+  /// instead, which libfuse then leaves alone (it restores only where its own handler is), so
+  /// no signal finds the default action in between.
+  static func uninstall(_ se: OpaquePointer, ignoringSignals: Bool = false) {
     for s in signals {
-      var saved = libfuseHandlers[Int(s)]
-      sigaction(s, &saved, nil)
+      if ignoringSignals {
+        signal(s, SIG_IGN)
+      } else {
+        var saved = libfuseHandlers[Int(s)]
+        sigaction(s, &saved, nil)
+      }
     }
     fuse_remove_signal_handlers(se)
     target.withLock { $0 = nil }

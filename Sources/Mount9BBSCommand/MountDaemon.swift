@@ -149,6 +149,9 @@ struct MountDaemon {
     fuseOptions.extraOptions = options.passthrough
     fuseOptions.maxRead = options.maxRead ?? splicedRequestLimit
     fuseOptions.handleSignals = true
+    // Stopping (feeds, histories, clunking every fid) must not be cut short by a second
+    // SIGTERM or Ctrl-C (systemd, `kill` right after `umount`).
+    fuseOptions.ignoresSignalsAfterStop = true
     if options.readaheadKiB > 0 { fuseOptions.readaheadKiB = options.readaheadKiB }
     fuseOptions.trace = debug
     fileSystem.prefetchRoot(timeout: .seconds(5))
@@ -198,7 +201,8 @@ struct MountDaemon {
     }
     // Stopping is under way and bounded (feeds, then clunking every fid for at most 1 s): a
     // second SIGTERM or Ctrl-C (systemd, `kill` after `umount`) must not cut it short and leave
-    // a board holding our fids.
+    // a board holding our fids. FuseMount already ignores them from the loop's end; this
+    // covers a loop that failed.
     for stop in [SIGINT, SIGTERM, SIGHUP] { signal(stop, SIG_IGN) }
     SystemdNotifier.stopping()
     fileSystem.shutdown()

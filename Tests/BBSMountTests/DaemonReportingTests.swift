@@ -49,6 +49,33 @@ final class DaemonReportingTests: XCTestCase {
     XCTAssertEqual(info.st_mode & 0o777, 0o600)
   }
 
+  /// An unmount and a SIGTERM at once (a script's cleanup, `systemctl stop` after `umount`):
+  /// the daemon still stops cleanly, exit status 0 and "unmounted" logged, having written its
+  /// state. The signal could land between the end of the FUSE loop (libfuse puts the default
+  /// handlers back) and the daemon's own ignoring of it, and kill it mid-shutdown (143): room
+  /// histories, unread counts and fid clunks were then lost.
+  func testATerminateRightAfterTheUnmountStillStopsCleanly() throws {
+    let server = try startServerProcess()
+    for round in 1...6 {
+      let directory = try makeMountDirectory("mount9bbs-term")
+      let mountpoint = directory + "/mnt"
+      let mount = try MountProcess(
+        address: server.address, mountpoint: mountpoint, options: [],
+        environment: ["XDG_STATE_HOME": directory + "/state"])
+      // A room read, so the daemon has a feed and its history to stop and write.
+      XCTAssertTrue(try shell("ls \(mountpoint)/chat").output.contains("lobby"))
+      _ = try shell("timeout 3 tail -n 1 \(mountpoint)/chat/lobby")
+      let pid = mount.child.process.processIdentifier
+      try shell("fusermount3 -u -z \(mountpoint); kill -TERM \(pid)")
+      XCTAssertTrue(mount.child.wait(timeout: 15), "round \(round): still running")
+      XCTAssertEqual(
+        mount.child.process.terminationReason, .exit,
+        "round \(round): killed by signal \(mount.child.process.terminationStatus)\n\(mount.child.text)"
+      )
+      XCTAssertEqual(mount.child.process.terminationStatus, 0, "round \(round)")
+    }
+  }
+
   func testSystemdHearsReadyTheLinkAndStopping() throws {
     let socketPath = try makeTemporaryDirectory("mount9bbs-notify") + "/notify.sock"
     // systemd's side: a datagram socket, each message printed on a line of its own.
