@@ -71,7 +71,6 @@ public final class Session: @unchecked Sendable {
   private let condition = NSCondition()
   private var state: State
   private var onCloseHandlers: [@Sendable (String) -> Void] = []
-  private var reservedStreams = 0
 
   private final class Pending {
     let id: UInt64
@@ -510,27 +509,12 @@ public final class Session: @unchecked Sendable {
     return state.lastReceived
   }
 
-  /// Streams placed on this session by the pool and not yet given back (see
-  /// ``Pool/session(for:completion:)``): counts a feed from its placement on, before its first
-  /// read exists, so feeds that start together spread over sessions.
-  public var streamLoad: Int {
+  /// Reads here that may park, in flight or queued: what ``Pool`` weighs this session by in
+  /// placing streams, besides its own reservations.
+  var parkedStreams: Int {
     condition.lock()
     defer { condition.unlock() }
-    return max(reservedStreams, state.discipline.parkedReads + queuedStreamsLocked)
-  }
-
-  /// The pool placed a stream here.
-  func reserveStream() {
-    condition.lock()
-    reservedStreams += 1
-    condition.unlock()
-  }
-
-  /// A stream placed here has stopped (or moved after a failure).
-  public func releaseStream() {
-    condition.lock()
-    reservedStreams = max(0, reservedStreams - 1)
-    condition.unlock()
+    return state.discipline.parkedReads + queuedStreamsLocked
   }
 
   /// Registers a handler called once when the session closes (immediately if already closed).

@@ -321,7 +321,7 @@ final class RoomFeed: @unchecked Sendable {
     }
     let stopped = stopLocked()
     lock.unlock()
-    stopped.finish()
+    stopped.finish(releasingOn: pool)
   }
 
   /// Stops for good (unmount): wakes every waiter so replies go out.
@@ -332,7 +332,7 @@ final class RoomFeed: @unchecked Sendable {
     let all = waiters.values
     waiters.removeAll()
     lock.unlock()
-    stopped.finish()
+    stopped.finish(releasingOn: pool)
     for waiter in all { waiter.callback() }
     history?.flush()
   }
@@ -344,10 +344,10 @@ final class RoomFeed: @unchecked Sendable {
     var placed: Session?
 
     /// Done outside the lock: the read is flushed, its fid clunked, its slot given back.
-    func finish() {
+    func finish(releasingOn pool: Pool) {
       if let reading { reading.session.cancel(reading.handle) }
       if let opened { opened.session.clunk(opened.fid) }
-      placed?.releaseStream()
+      if let placed { pool.releaseStream(on: placed) }
     }
   }
 
@@ -386,8 +386,8 @@ final class RoomFeed: @unchecked Sendable {
       let current = generation == self.generation
       if !current { placedOn = nil }
       lock.unlock()
-      previous?.releaseStream()
-      guard current else { return session.releaseStream() }
+      if let previous { pool.releaseStream(on: previous) }
+      guard current else { return pool.releaseStream(on: session) }
       session.walkOpen(path, mode: .read) { [self] opened in
         guard case .success(let file) = opened else {
           if case .failure(let error) = opened { failed(error, generation: generation) }
