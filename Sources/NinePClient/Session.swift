@@ -86,13 +86,12 @@ public final class Session: @unchecked Sendable {
   public internal(set) var authenticatedIdentity: String?
   let logger: Logger
 
-  /// Guards `state`, `onCloseHandlers` and `reservedStreams`. A condition variable rather
+  /// Guards `state` and `onCloseHandlers`. A condition variable rather
   /// than a `Mutex`: the writer thread sleeps on it until a request, a reply or a deadline.
   /// Only the Session*.swift files touch it.
   let condition = NSCondition()
   var state: State
   private var onCloseHandlers: [@Sendable (String) -> Void] = []
-  private var reservedStreams = 0
 
   /// How a request's caller is answered (the tag table's `Callback`).
   struct Callbacks {
@@ -321,27 +320,12 @@ public final class Session: @unchecked Sendable {
     return state.lastReceived
   }
 
-  /// Streams placed on this session by the pool and not yet given back (see
-  /// ``Pool/session(for:completion:)``): counts a feed from its placement on, before its first
-  /// read exists, so feeds that start together spread over sessions.
-  public var streamLoad: Int {
+  /// Reads here that may park, in flight or queued: what ``Pool`` weighs this session by in
+  /// placing streams, besides its own reservations.
+  var parkedStreams: Int {
     condition.lock()
     defer { condition.unlock() }
-    return max(reservedStreams, state.table.parkedReads + state.table.queuedStreams)
-  }
-
-  /// The pool placed a stream here.
-  func reserveStream() {
-    condition.lock()
-    reservedStreams += 1
-    condition.unlock()
-  }
-
-  /// A stream placed here has stopped (or moved after a failure).
-  public func releaseStream() {
-    condition.lock()
-    reservedStreams = max(0, reservedStreams - 1)
-    condition.unlock()
+    return state.table.parkedReads + state.table.queuedStreams
   }
 
   /// Registers a handler called once when the session closes (immediately if already closed).

@@ -182,7 +182,7 @@ final class ClientAuthenticationTests: XCTestCase {
     XCTAssertFalse(stream === pool.primary, "a second session was dialled")
     XCTAssertEqual(
       pool.sessions.map(\.authenticatedIdentity), [alice.identity.hex, alice.identity.hex])
-    stream.releaseStream()
+    pool.releaseStream(on: stream)
 
     // The server goes and comes back (a board out of range and back): the new session proves
     // the identity again, to a server that has never seen it.

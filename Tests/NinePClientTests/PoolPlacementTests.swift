@@ -48,12 +48,12 @@ final class PoolPlacementTests: XCTestCase {
     let stream = try Session.placed(pool, .stream)
     XCTAssertFalse(stream === pool.primary)
     XCTAssertEqual(pool.sessions.count, 2)
-    XCTAssertEqual(stream.streamLoad, 1)
+    XCTAssertEqual(pool.streamLoad(of: stream), 1)
     // An idle period is the point: the patience timer (2 s) must have fired.
     Thread.sleep(forTimeInterval: 2.3)
-    XCTAssertEqual(pool.sessions.map(\.streamLoad), [0, 1])
-    stream.releaseStream()
-    XCTAssertEqual(stream.streamLoad, 0)
+    XCTAssertEqual(pool.sessions.map(pool.streamLoad(of:)), [0, 1])
+    pool.releaseStream(on: stream)
+    XCTAssertEqual(pool.streamLoad(of: stream), 0)
     XCTAssertTrue(try Session.placed(pool, .stream) === stream, "a free slot there comes first")
   }
 
@@ -67,7 +67,7 @@ final class PoolPlacementTests: XCTestCase {
     let second = try Session.placed(pool, .stream)
     XCTAssertTrue(second === pool.primary)
     XCTAssertLessThan(started.duration(to: .now), .milliseconds(500), "dialled again")
-    XCTAssertEqual(pool.primary.streamLoad, 2)
+    XCTAssertEqual(pool.streamLoad(of: pool.primary), 2)
     XCTAssertEqual(pool.sessions.count, 1)
   }
 }

@@ -16,8 +16,4 @@ extension Pool: StreamSessions {
   func placeStream(_ completion: @escaping @Sendable (Result<Session, NinePError>) -> Void) {
     session(for: .stream, completion: completion)
   }
-
-  func releaseStream(on session: Session) {
-    session.releaseStream()
-  }
 }

@@ -1,0 +1,291 @@
+import Foundation
+
+/// What a request is for, so the pool can keep long-parked stream reads away from the session
+/// that ordinary requests use.
+public enum Placement: Sendable {
+  /// Walks, stats, reads of regular files, posts: the primary session.
+  case ordinary
+  /// A read that may park at the server for a long time (a chat room feed).
+  case stream
+}
+
+/// Where a new stream goes, given how loaded the open sessions are: the rule alone.
+///
+/// In order of preference: a stream session with a free parking slot (the least loaded, the
+/// first of equals); a new stream session, when one may be dialled; the primary while it has
+/// a free slot (on a device each read there holds ordinary requests back for the park grace);
+/// last the least loaded session, where the session rotates its slots
+/// (``SessionConfiguration/parkingTurn``).
+struct StreamPlacement: Equatable {
+  /// Parked reads a session serves at once (``SessionConfiguration/maxParkedReads``).
+  let slots: Int
+  /// Most sessions the pool opens, primary included.
+  let maxSessions: Int
+
+  enum Choice: Equatable {
+    /// The stream session at this index of the loads given.
+    case stream(Int)
+    case primary
+    /// Dial a new stream session and place the stream there.
+    case dial
+  }
+
+  /// - Parameters:
+  ///   - mayDial: false once a stream has waited ``Pool/dialPatience`` for a new session.
+  ///   - extraSessionsRefused: the server left a second session unanswered this link.
+  func choose(primaryLoad: Int, streamLoads: [Int], mayDial: Bool, extraSessionsRefused: Bool)
+    -> Choice
+  {
+    let least = streamLoads.indices.min { streamLoads[$0] < streamLoads[$1] }
+    if let least, streamLoads[least] < slots { return .stream(least) }
+    if mayDial && !extraSessionsRefused && streamLoads.count + 1 < maxSessions { return .dial }
+    if primaryLoad < slots { return .primary }
+    return least.map { .stream($0) } ?? .primary
+  }
+}
+
+/// The pool's streams: how many it placed on each session and its owner has not given back,
+/// and the streams waiting for a new stream session.
+///
+/// A reservation counts a feed from its placement on, before its first read exists, so feeds
+/// that start together spread over sessions. Reservations hold their session, so a session
+/// whose object identifier is counted here is never freed and its identifier never reused.
+struct StreamLedger<Connection: AnyObject & Sendable> {
+  typealias Waiter = PoolLink<Connection>.Waiter
+
+  private var reserved: [ObjectIdentifier: (session: Connection, count: Int)] = [:]
+  /// Streams waiting for the stream session being dialled, by id.
+  private(set) var waiters: [UInt64: Waiter] = [:]
+  private var nextWaiterID: UInt64 = 1
+  /// A stream session is being dialled.
+  var dialing = false
+
+  /// Streams placed on `session` and not given back.
+  func reservations(on session: Connection) -> Int {
+    reserved[ObjectIdentifier(session)]?.count ?? 0
+  }
+
+  /// What a stream on `session` weighs in placement: its reservations, or its parked and
+  /// queued stream reads if more (a read the owner has not given back yet, or a feed moved
+  /// here by a session's rotation).
+  func load(of session: Connection, parked: Int) -> Int {
+    max(reservations(on: session), parked)
+  }
+
+  mutating func reserve(_ session: Connection) {
+    reserved[ObjectIdentifier(session), default: (session, 0)].count += 1
+  }
+
+  /// A stream placed on `session` stopped (or moved after a failure).
+  mutating func release(_ session: Connection) {
+    let key = ObjectIdentifier(session)
+    guard let entry = reserved[key] else { return }
+    reserved[key] = entry.count > 1 ? (session, entry.count - 1) : nil
+  }
+
+  /// Forgets the reservations on sessions the pool no longer holds.
+  mutating func keepOnly(_ sessions: [Connection]) {
+    let kept = Set(sessions.map(ObjectIdentifier.init))
+    reserved = reserved.filter { kept.contains($0.key) }
+  }
+
+  mutating func wait(_ waiter: @escaping Waiter) -> UInt64 {
+    let id = nextWaiterID
+    nextWaiterID += 1
+    waiters[id] = waiter
+    return id
+  }
+
+  mutating func removeWaiter(_ id: UInt64) -> Waiter? {
+    waiters.removeValue(forKey: id)
+  }
+
+  mutating func takeWaiters() -> [Waiter] {
+    defer { waiters.removeAll() }
+    return Array(waiters.values)
+  }
+}
+
+/// What the pool measured of a session without its own lock held: whether it closed, and its
+/// parked and queued stream reads.
+struct SessionLoad {
+  let closed: Bool
+  let parked: Int
+}
+
+extension PoolState {
+  /// What ``Pool/session(for:completion:)`` does with a stream, decided under the lock and
+  /// done after it.
+  enum StreamPlacing: Sendable {
+    /// Wait for the link to come back, then place again.
+    case linkDown
+    /// Hand this session over (the stream is already reserved on it).
+    case placed(Connection)
+    /// The completion waits in the ledger under `id` for a stream session; `dial` says
+    /// whether this caller starts the dial.
+    case waiting(id: UInt64, dial: Bool)
+  }
+
+  /// Places a stream, reserving it on the session chosen, by `rule` and the loads `measured`
+  /// (sessions not measured count as open and empty). With `waiter`, a stream may wait for a
+  /// new session; without, it takes a place on an open one (nil: the link is down).
+  mutating func placeStream(
+    by rule: StreamPlacement, measured: [ObjectIdentifier: SessionLoad],
+    waiter: PoolLink<Connection>.Waiter?
+  ) -> StreamPlacing {
+    guard let primary = link.primary else { return .linkDown }
+    link.dropStreams { measured[ObjectIdentifier($0)]?.closed == true }
+    ledger.keepOnly(link.sessions)
+    func load(_ session: Connection) -> Int {
+      ledger.load(of: session, parked: measured[ObjectIdentifier(session)]?.parked ?? 0)
+    }
+    let choice = rule.choose(
+      primaryLoad: load(primary), streamLoads: link.streams.map(load), mayDial: waiter != nil,
+      extraSessionsRefused: link.extraSessionsRefused)
+    let chosen: Connection
+    switch choice {
+    case .stream(let index): chosen = link.streams[index]
+    case .primary: chosen = primary
+    case .dial:
+      guard let waiter else { preconditionFailure("placement dialled without a waiter") }
+      let id = ledger.wait(waiter)
+      defer { ledger.dialing = true }
+      return .waiting(id: id, dial: !ledger.dialing)
+    }
+    ledger.reserve(chosen)
+    return .placed(chosen)
+  }
+}
+
+extension Pool {
+  /// How long a stream waits for a new session before it takes a place on an open one.
+  static let dialPatience: Duration = .seconds(2)
+
+  /// The longest wait for a stream session's version and attach.
+  static let streamHandshake: Duration = .seconds(5)
+
+  /// Picks a session for a request of the given kind. While the link is down, waits for it
+  /// to come back (streams wait without a deadline).
+  ///
+  /// A stream (a read that parks) is reserved on the session it is placed on until its owner
+  /// calls ``releaseStream(on:)``. It goes where ``StreamPlacement`` says; a new stream session
+  /// is dialled off the caller's thread. A server that does not give a second session (one
+  /// that serves one connection at a time) is not asked again until the link is
+  /// re-established, and a caller never waits more than ``dialPatience`` for one.
+  public func session(
+    for placement: Placement, completion: @escaping @Sendable (Result<Session, NinePError>) -> Void
+  ) {
+    let placing: PoolState<Session>.StreamPlacing
+    switch placement {
+    case .ordinary:
+      placing = current.map { .placed($0) } ?? .linkDown
+    case .stream:
+      let measured = measure(sessions)
+      placing = state.withLock {
+        $0.placeStream(by: streamPlacement, measured: measured, waiter: completion)
+      }
+    }
+    switch placing {
+    case .linkDown:
+      primary(within: placement == .ordinary ? configuration.requestTimeout : nil) {
+        [self] result in
+        switch result {
+        case .success: session(for: placement, completion: completion)
+        case .failure(let error): completion(.failure(error))
+        }
+      }
+    case .placed(let session):
+      completion(.success(session))
+    case .waiting(let id, let dial):
+      if dial { Thread.detachNewThread { [self] in dialStreamSession() } }
+      // Someone opening a room should not wait long for a session that may never come.
+      DispatchQueue.global().asyncAfter(deadline: .now() + Self.dialPatience.timeInterval) {
+        [self] in
+        patienceRanOut(waiter: id)
+      }
+    }
+  }
+
+  /// A stream placed on `session` by ``session(for:completion:)`` has stopped (or moved
+  /// after a failure): its reservation there is given back.
+  public func releaseStream(on session: Session) {
+    state.withLock { $0.ledger.release(session) }
+  }
+
+  /// Streams placed on `session` and not given back, or its parked and queued stream reads
+  /// if more: what placement weighs it by.
+  public func streamLoad(of session: Session) -> Int {
+    let parked = session.parkedStreams
+    return state.withLock { $0.ledger.load(of: session, parked: parked) }
+  }
+
+  private var streamPlacement: StreamPlacement {
+    StreamPlacement(slots: configuration.maxParkedReads, maxSessions: maxSessions)
+  }
+
+  /// Reads each session's state with the pool's lock not held (see the lock note on ``Pool``).
+  private func measure(_ sessions: [Session]) -> [ObjectIdentifier: SessionLoad] {
+    Dictionary(
+      sessions.map {
+        (
+          ObjectIdentifier($0),
+          SessionLoad(closed: $0.closedReason != nil, parked: $0.parkedStreams)
+        )
+      },
+      uniquingKeysWith: { first, _ in first })
+  }
+
+  /// A stream waited ``dialPatience`` for a new session: if it still waits, it takes a place
+  /// on an open session, or (the link being down) waits for the link like any stream.
+  private func patienceRanOut(waiter id: UInt64) {
+    let measured = measure(sessions)
+    let (waiter, placing) = state.withLock {
+      state -> (Completion?, PoolState<Session>.StreamPlacing?) in
+      guard let waiter = state.ledger.removeWaiter(id) else { return (nil, nil) }
+      return (waiter, state.placeStream(by: streamPlacement, measured: measured, waiter: nil))
+    }
+    guard let waiter else { return }
+    if case .placed(let fallback) = placing {
+      waiter(.success(fallback))
+    } else {
+      session(for: .stream, completion: waiter)
+    }
+  }
+
+  /// Opens a stream session and places everyone waiting for it.
+  private func dialStreamSession() {
+    let handshake = min(configuration.requestTimeout ?? Self.streamHandshake, Self.streamHandshake)
+    // The transport the primary uses: a stream session on another would outlive a switch.
+    let target = state.withLock { $0.link.endpoint }
+    let result = Result { () throws(NinePError) -> Session in
+      try dialSession(to: target, handshake: handshake)
+    }
+    let (callers, late) = state.withLock { state -> ([Completion], Session?) in
+      let callers = state.ledger.takeWaiters()
+      var late: Session?
+      switch result {
+      case .success(let session):
+        // Not adopted: the pool closed, lost the link or moved to another transport meanwhile.
+        if !state.link.adopt(stream: session, dialledOn: target) { late = session }
+      case .failure:
+        // A server that serves one connection at a time leaves the second one unanswered.
+        state.link.extraSessionsRefused = true
+      }
+      if late == nil { state.ledger.dialing = false }
+      return (callers, late)
+    }
+    if case .failure(let error) = result {
+      logger.warning(
+        "could not open another session to \(addresses[target]) (\(error)); room feeds share the open ones"
+      )
+    }
+    if let late {
+      // Dialled while the pool closed or moved: give its attach fid back too, then let
+      // close() go on.
+      late.retire(within: .seconds(1), reason: "pool closed or moved")
+      state.withLock { $0.ledger.dialing = false }
+    }
+    // Placed again: one new session may not hold them all, and a second dial then starts.
+    for caller in callers { session(for: .stream, completion: caller) }
+  }
+}
