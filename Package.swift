@@ -125,8 +125,7 @@ let package = Package(
       dependencies: [
         "LinkEmulation", "NinePClient", "NinePTransport", "NinePProtocol",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
-      ],
-      path: "Sources/mount9bbs-bench"),
+      ]),
 
     // Tests.
     .target(
