@@ -89,19 +89,7 @@ final class PostChannelTests: XCTestCase {
   /// A session on a scripted server playing `board`, and its server end (closed to kill the
   /// link).
   private func connect(to board: ScriptedPostBoard) throws -> (Session, MemoryTransport) {
-    let (client, server) = MemoryTransport.pair()
-    let peer = ScriptedServer(transport: server) { server, tag, message in
-      board.handle(server, tag, message)
-    }
-    let session = try Session.connect(
-      transport: client,
-      configuration: SessionConfiguration(
-        profile: .multiplex, uname: "glenda", requestTimeout: .seconds(5)))
-    addTeardownBlock {
-      session.close()
-      _ = peer
-    }
-    return (session, server)
+    try connectScripted { board.handle($0, $1, $2) }
   }
 
   private func outbox() throws -> Outbox {

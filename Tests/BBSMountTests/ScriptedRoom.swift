@@ -150,18 +150,6 @@ final class ScriptedStreams: StreamSessions, @unchecked Sendable {
 extension XCTestCase {
   /// A session on a scripted server playing `room`.
   func connect(to room: ScriptedRoom) throws -> Session {
-    let (client, server) = MemoryTransport.pair()
-    let peer = ScriptedServer(transport: server) { server, tag, message in
-      room.handle(server, tag, message)
-    }
-    let session = try Session.connect(
-      transport: client,
-      configuration: SessionConfiguration(
-        profile: .multiplex, uname: "glenda", requestTimeout: .seconds(5)))
-    addTeardownBlock {
-      session.close()
-      _ = peer
-    }
-    return session
+    try connectScripted { room.handle($0, $1, $2) }.session
   }
 }

@@ -109,10 +109,17 @@ final class ScriptedTree: @unchecked Sendable {
 extension XCTestCase {
   /// A session on a scripted server serving `tree`.
   func connect(to tree: ScriptedTree, msize: UInt32 = 8192) throws -> Session {
+    try connectScripted(msize: msize) { tree.handle($0, $1, $2) }.session
+  }
+
+  /// A session on a scripted server answering with `handle`, and the server's end of the link
+  /// (closed to kill it); both go at teardown.
+  func connectScripted(
+    msize: UInt32 = 8192,
+    _ handle: @escaping @Sendable (ScriptedServer, Tag, Message) -> Void
+  ) throws -> (session: Session, server: MemoryTransport) {
     let (client, server) = MemoryTransport.pair()
-    let peer = ScriptedServer(transport: server, msize: msize) { server, tag, message in
-      tree.handle(server, tag, message)
-    }
+    let peer = ScriptedServer(transport: server, msize: msize, handler: handle)
     let session = try Session.connect(
       transport: client,
       configuration: SessionConfiguration(
@@ -121,7 +128,7 @@ extension XCTestCase {
       session.close()
       _ = peer
     }
-    return session
+    return (session, server)
   }
 
   /// Waits for a callback operation's result.

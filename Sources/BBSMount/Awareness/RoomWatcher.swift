@@ -1,6 +1,5 @@
 import Foundation
 import Logging
-import Synchronization
 
 /// Reads the watched rooms in the background (`-o watch=`), so unread counts, mentions and
 /// events exist without a reader open.
@@ -70,13 +69,13 @@ final class RoomWatcher: @unchecked Sendable {
   /// Calls `callback` once what is watched is known (the first listing was taken, or none
   /// will be), at once if it is; or after `limit`, whichever comes first.
   func whenSettled(within limit: Duration, _ callback: @escaping @Sendable () -> Void) {
-    let once = CallOnce(callback)
+    let once = FirstAnswer<Void> { _ in callback() }
     let waiting = lock.withLock {
-      if !settled { settledWaiters.append(once.call) }
+      if !settled { settledWaiters.append { once(()) } }
       return !settled
     }
-    guard waiting else { return once.call() }
-    DispatchQueue.global().asyncAfter(deadline: .now() + limit.timeInterval) { once.call() }
+    guard waiting else { return once(()) }
+    DispatchQueue.global().asyncAfter(deadline: .now() + limit.timeInterval) { once(()) }
   }
 
   /// Marks what is watched as known and wakes those waiting for it.
@@ -201,22 +200,5 @@ final class RoomWatcher: @unchecked Sendable {
     }
     for feed in released { feed.release() }
     return true
-  }
-}
-
-/// Runs a callback at most once, whichever of its callers comes first.
-final class CallOnce: Sendable {
-  private let callback: Mutex<(@Sendable () -> Void)?>
-
-  init(_ callback: @escaping @Sendable () -> Void) {
-    self.callback = Mutex(callback)
-  }
-
-  @Sendable func call() {
-    let pending = callback.withLock { callback in
-      defer { callback = nil }
-      return callback
-    }
-    pending?()
   }
 }
