@@ -47,6 +47,7 @@ let package = Package(
         "CBlueZ",
         .product(name: "SystemPackage", package: "swift-system"),
         .product(name: "Logging", package: "swift-log"),
+        .product(name: "DequeModule", package: "swift-collections"),
       ]),
 
     // Sessions, tags, fids, flush, server profiles, pool.

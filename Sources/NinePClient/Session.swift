@@ -11,20 +11,19 @@
 //   `send(_:options:completion:)`, which queues the request under the lock and signals the
 //   writer. On a multiplexing server a caller with nothing queued ahead writes its own
 //   request instead (the fast path: no thread hop). A completion that sends takes it too, on
-//   the reader thread: see the next point.
+//   the reader thread.
+// - Nobody but the writer thread ever waits for the socket. Every frame goes out with the
+//   transport's `sendWithoutWaiting`: what the socket does not take now stays queued in the
+//   transport, in order, and the writer thread flushes it (`flushOwed`). This is what lets the
+//   reader thread send: if it waited for room while the server (which writes a reply before it
+//   reads the next request) waited for us to read, both would stall, as a large chained write
+//   with large reads flowing back on one session did (ChainedTransferTests).
 // - The writer thread takes queued requests in order whenever the tag table lets one go (a
 //   free tag, the ``WireDiscipline``'s leave) and writes them. It also expires request
 //   timeouts, sending Tflush for what was already on the wire, and flushes the parked read
 //   whose turn is over.
 // - The reader thread decodes replies, hands them to the tag table and runs the completions.
-//   Completions run on the reader thread and must not block. Known gap (issue 26): a request
-//   sent from a completion on the multiplex fast path (the next chunk of a chained read or
-//   write, a feed's next read) is written on the reader thread and can wait there for the
-//   socket, while the server waits for us to read its reply (9bbsd writes a reply before it
-//   reads the next request): a large chained write with large reads flowing back on one
-//   session, with small socket buffers, can stall both ways. Queueing such requests for the
-//   writer instead (branch client-rule) cost pipelined reads 30-45 % in a debug build; the
-//   fix wanted is a send that never waits, with the writer taking over what it could not send.
+//   Completions run on the reader thread and must not block.
 // - Any transport error, EOF or protocol violation closes the session: every pending request
 //   fails with `.sessionClosed(reason)` and `onClose` tells the owner (the pool) why.
 
@@ -116,6 +115,8 @@ public final class Session: @unchecked Sendable {
     /// When the sleeping writer will look again by itself; nil while it runs or sleeps until
     /// signalled.
     var writerWakesAt: ContinuousClock.Instant?
+    /// A send that could not wait left bytes in the transport; the writer thread flushes them.
+    var flushOwed = false
     /// When the last frame came from the server (the handshake's, at first): the pool's
     /// keepalive measures the link's silence from here.
     var lastReceived = ContinuousClock.now
@@ -138,8 +139,8 @@ public final class Session: @unchecked Sendable {
   // MARK: - Requests
 
   /// Queues a request; `completion` is called exactly once with the reply (Rerror becomes
-  /// ``NinePError/server(ename:errno:)``) or an error. Never blocks, but for the fast path's
-  /// write (see the file comment).
+  /// ``NinePError/server(ename:errno:)``) or an error. Never blocks (the fast path's write
+  /// does not wait for the socket: see the file comment).
   @discardableResult
   public func send(
     _ message: Message, options: RequestOptions = RequestOptions(),
@@ -195,7 +196,7 @@ public final class Session: @unchecked Sendable {
       condition.signal()
     }
     condition.unlock()
-    _ = transmit(frame, dispatch)
+    _ = transmit(frame, dispatch, mayWait: false)
     return handle
   }
 

@@ -39,6 +39,19 @@ extension Session {
   private func writerLoop() {
     condition.lock()
     while state.table.closedReason == nil {
+      if state.flushOwed {
+        // A send that could not wait left bytes in the transport: this thread may wait.
+        state.flushOwed = false
+        condition.unlock()
+        do {
+          try transport.flushPending()
+        } catch {
+          close(reason: "send failed: \(error)")
+          return
+        }
+        condition.lock()
+        continue
+      }
       let now = ContinuousClock.now
       let expired = state.table.expire(now: now)
       if !expired.isEmpty {
@@ -53,7 +66,7 @@ extension Session {
       if let dispatch = state.table.dispatchNext(now: now) {
         let frame = frameLocked(dispatch)
         condition.unlock()
-        guard transmit(frame, dispatch) else { return }
+        guard transmit(frame, dispatch, mayWait: true) else { return }
         condition.lock()
         continue
       }
@@ -87,16 +100,27 @@ extension Session {
     return frame
   }
 
-  /// Writes a dispatched frame; a failed write closes the session. Returns whether it went.
-  func transmit(_ frame: Outgoing, _ dispatch: TagTable<Callbacks>.Dispatch) -> Bool {
+  /// Writes a dispatched frame; a failed write closes the session. Returns whether it went (or
+  /// is owed to the writer's flush).
+  ///
+  /// Only the writer thread passes `mayWait`. Any other caller (a FUSE thread, a completion on
+  /// the reader thread) never waits for the socket: what it does not take now stays queued in
+  /// the transport, and the writer thread is told to flush it.
+  func transmit(_ frame: Outgoing, _ dispatch: TagTable<Callbacks>.Dispatch, mayWait: Bool)
+    -> Bool
+  {
     logger.trace("→ \(dispatch.message) tag=\(dispatch.tag)")
     do {
-      if frame.payload.isEmpty {
-        try transport.send(frame.header)
-      } else if let gathering = transport as? any GatheredSending {
-        try gathering.send(header: frame.header, payload: frame.payload)
-      } else {
-        try transport.send(frame.header + frame.payload)
+      let left = try transport.sendWithoutWaiting(header: frame.header, payload: frame.payload)
+      if left {
+        if mayWait {
+          try transport.flushPending()
+        } else {
+          condition.lock()
+          state.flushOwed = true
+          condition.signal()
+          condition.unlock()
+        }
       }
       return true
     } catch {

@@ -31,6 +31,16 @@ public protocol MessageTransport: AnyObject, Sendable {
   /// at most `sendSDULimit` bytes and never puts bytes of two messages in one SDU. Thread-safe:
   /// concurrent callers are serialised so messages never interleave.
   func send(_ message: [UInt8]) throws(TransportError)
+  /// Sends one message (`header`, size prefix included, then `payload`) without ever waiting
+  /// for the peer: what the connection does not take now is kept, in order, for
+  /// ``flushPending()``. For a client whose reader thread sends (see
+  /// SocketTransport+NonWaiting.swift). Not to be mixed with `send(_:)` at the same time.
+  /// - Returns: true when bytes are left that only a ``flushPending()`` will write.
+  func sendWithoutWaiting(header: [UInt8], payload: ArraySlice<UInt8>) throws(TransportError)
+    -> Bool
+  /// Writes what ``sendWithoutWaiting(header:payload:)`` left, waiting for room; returns when
+  /// nothing is left, or at once when another thread is writing it.
+  func flushPending() throws(TransportError)
   /// Blocks until one complete message (reassembled by its 4-byte little-endian size prefix,
   /// across reads and SDUs) and returns it including the prefix; returns nil at orderly EOF.
   /// One receiving thread at a time. Sizes < 7 throw `frameTooSmall`; > `limit` throw

@@ -22,6 +22,8 @@ public final class SocketTransport: FileRegionSending {
   let writeIsSocket: Bool
   let gate: IOGate
   let sendLock = Mutex(())
+  /// What non-waiting sends left for a flush (SocketTransport+NonWaiting.swift).
+  let backlog = Mutex(SendBacklog())
   /// Whether the descriptors were set O_NONBLOCK for sendfile(2) and splice(2) (done once, on
   /// first use).
   private let madeNonBlocking = Atomic(false)
@@ -34,7 +36,7 @@ public final class SocketTransport: FileRegionSending {
   private let partialMessage = Atomic(false)
 
   /// Bytes moved so far, each way (a server tells a slow client from a stalled one by them).
-  private let bytesSent = Atomic(0)
+  let bytesSent = Atomic(0)
   private let bytesReceived = Atomic(0)
 
   /// Whether part of a message has arrived and the rest not yet (framed receiving only): a

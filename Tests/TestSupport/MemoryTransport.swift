@@ -27,6 +27,16 @@ public final class MemoryTransport: MessageTransport, @unchecked Sendable {
     peer.deliver(message)
   }
 
+  /// Never waits: the peer's inbox has no bound.
+  public func sendWithoutWaiting(header: [UInt8], payload: ArraySlice<UInt8>)
+    throws(TransportError) -> Bool
+  {
+    try send(header + payload)
+    return false
+  }
+
+  public func flushPending() throws(TransportError) {}
+
   fileprivate func deliver(_ message: [UInt8]) {
     condition.lock()
     inbox.append(message)
