@@ -17,39 +17,37 @@ final class ConnectionSlots: @unchecked Sendable {
   /// Waits until a slot is free without taking it; `onWait` runs once if it has to wait.
   /// Returns false once closed.
   func waitForRoom(onWait: (Int) -> Void) -> Bool {
-    condition.lock()
-    let full = inUse >= limit && !closed
-    condition.unlock()
+    let full = condition.withLock { inUse >= limit && !closed }
     if full { onWait(limit) }
-    condition.lock()
-    defer { condition.unlock() }
-    while inUse >= limit && !closed { condition.wait() }
-    return !closed
+    return condition.withLock {
+      while inUse >= limit && !closed { condition.wait() }
+      return !closed
+    }
   }
 
   /// Takes a slot, waiting for one if needed. Returns false once closed.
   func acquire() -> Bool {
-    condition.lock()
-    defer { condition.unlock() }
-    while inUse >= limit && !closed { condition.wait() }
-    guard !closed else { return false }
-    inUse += 1
-    return true
+    condition.withLock {
+      while inUse >= limit && !closed { condition.wait() }
+      guard !closed else { return false }
+      inUse += 1
+      return true
+    }
   }
 
   /// Gives a slot back.
   func release() {
-    condition.lock()
-    inUse = max(0, inUse - 1)
-    condition.broadcast()
-    condition.unlock()
+    condition.withLock {
+      inUse = max(0, inUse - 1)
+      condition.broadcast()
+    }
   }
 
   /// Wakes every waiter for good (the server is stopping).
   func close() {
-    condition.lock()
-    closed = true
-    condition.broadcast()
-    condition.unlock()
+    condition.withLock {
+      closed = true
+      condition.broadcast()
+    }
   }
 }
