@@ -95,38 +95,64 @@ public final class BBSServer: Sendable {
     self.configuration = configuration
     self.logger = logger
     limiter = PostingLimiter(limits: configuration.postingLimits)
-    switch configuration.connectionLimit {
+    slots = try Self.connectionSlots(for: configuration.connectionLimit)
+    let store = try Self.openStore(configuration)
+    try Self.checkConfiguration(configuration)
+    board = try Self.loadBoard(configuration, store: store, clock: clock, logger: logger)
+    let files = try configuration.filesDirectory.map { (directory) throws(ServerError) in
+      try FilesArea(directory: directory, writable: configuration.filesWritable)
+    }
+    namespace = Namespace(board: board, files: files, device: configuration.profile.imitatesBoard)
+  }
+
+  /// The slots of a ``ConnectionLimit/backlog(_:)`` limit; nil for the other limits.
+  private static func connectionSlots(for limit: ConnectionLimit) throws(ServerError)
+    -> ConnectionSlots?
+  {
+    switch limit {
     case .backlog(let limit), .refuse(let limit):
       guard limit >= 1 else {
         throw ServerError.badConfiguration("the connection limit must be at least 1")
       }
     case .unlimited: break
     }
-    if case .backlog(let limit) = configuration.connectionLimit {
-      slots = ConnectionSlots(limit: limit)
-    } else {
-      slots = nil
+    if case .backlog(let limit) = limit { return ConnectionSlots(limit: limit) }
+    return nil
+  }
+
+  /// The SQLite store in `dataDirectory`, or a store in memory without one.
+  private static func openStore(_ configuration: BBSServerConfiguration) throws(ServerError)
+    -> any BoardStore
+  {
+    guard let directory = configuration.dataDirectory else { return InMemoryBoardStore() }
+    do {
+      return try SQLiteBoardStore(directory: directory)
+    } catch {
+      throw ServerError.storeFailed("\(error)")
     }
-    let store: any BoardStore
-    if let directory = configuration.dataDirectory {
-      do {
-        store = try SQLiteBoardStore(directory: directory)
-      } catch {
-        throw ServerError.storeFailed("\(error)")
-      }
-    } else {
-      store = InMemoryBoardStore()
-    }
+  }
+
+  /// Refuses settings that cannot work (the connection limit: ``connectionSlots(for:)``).
+  private static func checkConfiguration(_ configuration: BBSServerConfiguration)
+    throws(ServerError)
+  {
     guard !configuration.rooms.isEmpty else {
       throw ServerError.badConfiguration("at least one chat room is needed")
     }
-    try Self.checkAuthentication(configuration)
+    try checkAuthentication(configuration)
     if let perAddress = configuration.maxConnectionsPerAddress, perAddress < 1 {
       throw ServerError.badConfiguration("the per-address connection limit must be at least 1")
     }
     guard configuration.maxBoardMessageSize >= 1 else {
       throw ServerError.badConfiguration("the board message size limit must be at least 1")
     }
+  }
+
+  /// The board on `store`, with the profile's limits and the configured /etc defaults.
+  private static func loadBoard(
+    _ configuration: BBSServerConfiguration, store: any BoardStore, clock: any BoardClock,
+    logger: Logger
+  ) throws(ServerError) -> Board {
     var limits = BoardLimits.forProfile(configuration.profile)
     if configuration.profile == .standard {
       limits.maxMessageBytes = configuration.maxBoardMessageSize
@@ -135,7 +161,7 @@ public final class BBSServer: Sendable {
     defaults[.boardname] = configuration.boardName
     defaults[.motd] = configuration.motd
     do {
-      board = try Board(
+      return try Board(
         configuration: BoardConfiguration(
           chatRooms: configuration.rooms, limits: limits, etcDefaults: defaults,
           sysops: configuration.sysops, firstUserIsSysop: configuration.firstUserIsSysop),
@@ -143,10 +169,6 @@ public final class BBSServer: Sendable {
     } catch {
       throw ServerError.storeFailed("\(error)")
     }
-    let files = try configuration.filesDirectory.map { (directory) throws(ServerError) in
-      try FilesArea(directory: directory, writable: configuration.filesWritable)
-    }
-    namespace = Namespace(board: board, files: files, device: configuration.profile.imitatesBoard)
   }
 
   /// Refuses authentication settings that cannot work.
