@@ -1,5 +1,8 @@
 // 9bbsd: the reference 9BBS server. A thin shell around BBSServer: parses options, sets up
 // logging, handles SIGINT/SIGTERM on a dispatch queue and waits for the server's threads.
+// This file holds the options and `run`; the steps are in BBSDaemonCommand+Validation
+// (option checks), +ServerConfiguration (options to configuration, the board key), +Process
+// (malloc, signals, descriptor limit, logging) and +LAN (exposure warnings, mDNS).
 
 import ArgumentParser
 import BBSDiscovery
@@ -229,127 +232,10 @@ struct BBSDaemonCommand: ParsableCommand {
       """)
   var advertise: String?
 
-  func validate() throws {
-    guard BBSProfile(rawValue: profile) != nil else {
-      throw ValidationError("--profile must be 'default', 'device' or 'gen1'")
-    }
-    guard Logger.Level(rawValue: logLevel) != nil else {
-      throw ValidationError(
-        "--log-level must be one of trace, debug, info, notice, warning, error, critical")
-    }
-    guard sdu >= 8 else { throw ValidationError("--sdu must be at least 8") }
-    guard processingDelay >= 0 else { throw ValidationError("--processing-delay must be ≥ 0") }
-    if let maxConnections, maxConnections < 1 {
-      throw ValidationError("--max-connections must be at least 1")
-    }
-    if let connectionCap, connectionCap < 1 {
-      throw ValidationError("--connection-cap must be at least 1")
-    }
-    if maxConnections != nil && connectionCap != nil {
-      throw ValidationError("--max-connections and --connection-cap exclude each other")
-    }
-    guard maxConnectionsPerAddress >= 0 else {
-      throw ValidationError("--max-connections-per-address must be ≥ 0")
-    }
-    for (name, value) in [
-      ("--handshake-timeout", handshakeTimeout), ("--idle-timeout", idleTimeout),
-      ("--stall-timeout", stallTimeout),
-    ] where !(value > 0 && value <= 1e6) {
-      throw ValidationError("\(name) must be more than 0 seconds")
-    }
-    guard maxBoardMessage >= 1 else { throw ValidationError("--max-board-message must be ≥ 1") }
-    guard maxOpenFiles >= 1 else { throw ValidationError("--max-open-files must be ≥ 1") }
-    for (name, value) in [
-      ("--post-burst", postBurst), ("--posts-per-minute", postsPerMinute),
-      ("--byte-burst", byteBurst), ("--bytes-per-second", bytesPerSecond),
-    ] where value < 0 {
-      throw ValidationError("\(name) must be ≥ 0")
-    }
-    if sysop.contains("none") && sysop.count > 1 {
-      throw ValidationError("--sysop none names no sysop; it goes alone")
-    }
-    if files == nil && filesRw { throw ValidationError("--files-rw needs --files DIR") }
-    guard AuthPolicy(rawValue: auth) != nil else {
-      throw ValidationError("--auth must be 'off', 'optional' or 'required'")
-    }
-    guard ChallengeResponse.Form(rawValue: authSign) != nil else {
-      throw ValidationError("--auth-sign must be 'bound' or 'raw'")
-    }
-    if authSign == "raw", let boardKey, boardKey != "none" {
-      throw ValidationError("--auth-sign raw imitates a deployed board, which has no board key")
-    }
-    for entry in nickname {
-      let parts = entry.split(separator: "=", maxSplits: 1)
-      guard parts.count == 2, !parts[1].isEmpty else {
-        throw ValidationError("--nickname needs IDENTITY=NAME, not '\(entry)'")
-      }
-    }
-    if let advertise, advertise.isEmpty || advertise.utf8.count > 63 {
-      throw ValidationError("--advertise needs a name of 1 to 63 bytes")
-    }
-  }
-
   func run() throws {
-    keepLargeBuffersOnTheHeap()
-    // A thread per connection: without one arena, memory of ended connections stays in their
-    // threads' arenas (measured in MemoryTuning.swift).
-    limitMallocArenas(to: 1)
-    // Threads inherit the signal mask; start from an empty one so SIGINT/SIGTERM arrive.
-    var empty = sigset_t()
-    sigemptyset(&empty)
-    pthread_sigmask(SIG_SETMASK, &empty, nil)
-    // A client that vanishes mid-reply is a failed send (EPIPE) and a logged disconnect,
-    // never the end of the server: every send also says MSG_NOSIGNAL or blocks SIGPIPE.
-    signal(SIGPIPE, SIG_IGN)
-    raiseDescriptorLimit()
-
-    let level = Logger.Level(rawValue: logLevel) ?? .info
-    LoggingSystem.bootstrap { label in
-      var handler = StreamLogHandler.standardError(label: label)
-      handler.logLevel = level
-      return handler
-    }
-    let logger = Logger(label: "9bbsd")
-
-    let roomList = rooms.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-      .filter { !$0.isEmpty }
-    let listenAddresses =
-      listen.isEmpty && !stdio ? [BBSServerConfiguration.defaultListen] : listen
-    var configuration = BBSServerConfiguration(
-      listen: listenAddresses, profile: BBSProfile(rawValue: profile) ?? .standard,
-      rooms: roomList, boardName: boardName, motd: motd, filesDirectory: files,
-      filesWritable: filesRw, dataDirectory: data, maxMessageSize: maxMsize, sduLimit: sdu,
-      processingDelay: .milliseconds(processingDelay),
-      connectionLimit: maxConnections.map { .backlog($0) } ?? connectionCap.map { .refuse($0) })
-    configuration.auth = AuthPolicy(rawValue: auth) ?? .off
-    configuration.authSign = ChallengeResponse.Form(rawValue: authSign) ?? .bound
-    if configuration.auth != .off {
-      do {
-        configuration.boardKey = try loadBoardKey(logger: logger)
-      } catch {
-        logger.critical("9bbsd: \(error)")
-        throw ExitCode.failure
-      }
-    }
-    if sysop == ["none"] {
-      configuration.firstUserIsSysop = false
-    } else {
-      configuration.sysops = Set(sysop.map { $0.lowercased() })
-    }
-    configuration.maxConnectionsPerAddress =
-      maxConnectionsPerAddress == 0 ? nil : maxConnectionsPerAddress
-    configuration.handshakeTimeout = .seconds(handshakeTimeout)
-    configuration.idleTimeout = .seconds(idleTimeout)
-    configuration.stallTimeout = .seconds(stallTimeout)
-    configuration.maxBoardMessageSize = maxBoardMessage
-    configuration.maxOpenFilesPerSession = maxOpenFiles
-    configuration.postingLimits = PostingLimits(
-      postBurst: postBurst, postsPerMinute: postsPerMinute, byteBurst: byteBurst,
-      bytesPerSecond: bytesPerSecond)
-    for entry in nickname {
-      let parts = entry.split(separator: "=", maxSplits: 1).map(String.init)
-      configuration.nicknames[parts[0].lowercased()] = parts[1]
-    }
+    prepareProcess()
+    let logger = bootstrapLogging()
+    let configuration = try serverConfiguration(logger: logger)
 
     let server: BBSServer
     let bound: [String]
@@ -366,19 +252,7 @@ struct BBSDaemonCommand: ParsableCommand {
         name, listeners: bound, boardKey: configuration.boardKey.flatMap(BoardKey.init(of:)),
         server: server, logger: logger)
     }
-
-    let signals = DispatchQueue(label: "9bbsd.signals")
-    var sources: [any DispatchSourceSignal] = []
-    for number in [SIGINT, SIGTERM] {
-      signal(number, SIG_IGN)
-      let source = DispatchSource.makeSignalSource(signal: number, queue: signals)
-      source.setEventHandler {
-        logger.notice("9bbsd: signal \(number), shutting down")
-        server.stop()
-      }
-      source.resume()
-      sources.append(source)
-    }
+    let signalSources = stopOnSignals(server, logger: logger)
 
     if stdio {
       do {
@@ -394,100 +268,7 @@ struct BBSDaemonCommand: ParsableCommand {
     server.waitUntilStopped()
     advertiser?.stop()
     server.stop()
-    withExtendedLifetime(sources) {}
+    withExtendedLifetime(signalSources) {}
     logger.notice("9bbsd: stopped")
-  }
-
-  /// The board key (see --board-key), its fingerprint logged as sshd logs a host key's.
-  private func loadBoardKey(logger: Logger) throws(IdentityError) -> PrivateKey? {
-    if boardKey == "none" || authSign == "raw" {
-      logger.notice("9bbsd: no board key: clients cannot tell this board from another")
-      return nil
-    }
-    let key: PrivateKey
-    if let path = boardKey ?? data.map({ $0 + "/board_key" }) {
-      let loaded = try KeyFile.boardKey(at: path)
-      key = loaded.key
-      if loaded.created { logger.notice("9bbsd: created the board key \(path)") }
-    } else {
-      key = PrivateKey.generate(.ed25519)
-      logger.notice("9bbsd: the board key lives for this run only (no --data or --board-key)")
-    }
-    if let fingerprint = BoardKey(of: key)?.fingerprint {
-      logger.notice("9bbsd: board key \(fingerprint)")
-    }
-    return key
-  }
-
-  /// Raises the soft limit on open descriptors to the hard one (systemd gives services 1024
-  /// soft, 524288 hard): 256 connections holding files of /files would run out of 1024.
-  private func raiseDescriptorLimit() {
-    var limit = rlimit()
-    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max
-    else { return }
-    limit.rlim_cur = limit.rlim_max
-    _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-  }
-
-  /// Warns when a TCP listener reaches beyond this machine while anyone may attach or the
-  /// first to attach becomes the sysop.
-  private func warnIfExposed(
-    _ bound: [String], configuration: BBSServerConfiguration, logger: Logger
-  ) {
-    let exposed = bound.filter { dial in
-      guard case .tcp(let host, _)? = try? TransportAddress(parsing: dial) else { return false }
-      return !(host.hasPrefix("127.") || host == "::1" || host == "localhost")
-    }
-    guard !exposed.isEmpty else { return }
-    if configuration.auth != .required {
-      logger.warning(
-        "9bbsd: \(exposed.joined(separator: ", ")) is reachable from the network and --auth is \(configuration.auth.rawValue): anyone there can attach and post; use --auth required"
-      )
-    }
-    if configuration.sysops.isEmpty && configuration.firstUserIsSysop {
-      logger.warning(
-        "9bbsd: no --sysop: the first user to attach over the network becomes the sysop; name one with --sysop IDENTITY or --sysop none"
-      )
-    }
-  }
-
-  /// Publishes the TCP listeners over mDNS; without avahi-daemon it warns and keeps serving.
-  private func startAdvertising(
-    _ name: String, listeners bound: [String], boardKey: BoardKey?, server: BBSServer,
-    logger: Logger
-  ) throws -> LANAdvertiser {
-    let endpoints = bound.compactMap { dial -> LANAdvertiser.Endpoint? in
-      guard case .tcp(let host, let port)? = try? TransportAddress(parsing: dial) else {
-        return nil
-      }
-      let loopback = host.hasPrefix("127.") || host == "::1" || host == "localhost"
-      if loopback {
-        logger.warning(
-          "9bbsd: \(dial) accepts local connections only, so it is advertised on the loopback interface only; use --listen tcp!0.0.0.0!\(port) to serve the LAN"
-        )
-      }
-      return LANAdvertiser.Endpoint(port: port, loopbackOnly: loopback)
-    }
-    guard !endpoints.isEmpty else {
-      logger.critical(
-        "9bbsd: --advertise publishes TCP listeners and there is none; add e.g. --listen tcp!0.0.0.0!5640"
-      )
-      server.stop()
-      throw ExitCode.failure
-    }
-    var features = ["chat", "messaging"]
-    if files != nil { features.append("file-sharing") }
-    let advertiser = LANAdvertiser(
-      name: name, endpoints: endpoints,
-      txt: [
-        ("version", "9P2000"), ("features", features.joined(separator: ",")),
-        ("board", boardName ?? name),
-      ] + (boardKey.map { [("boardkey", $0.fingerprint)] } ?? []), logger: logger)
-    do {
-      try advertiser.start()
-    } catch {
-      logger.error("9bbsd: not advertising '\(name)': \(error)")
-    }
-    return advertiser
   }
 }

@@ -58,14 +58,14 @@ public final class BBSServer: Sendable {
   let worker = DispatchQueue(label: "9bbs.proc")
   /// Posting allowances, per poster across all sessions.
   let limiter: PostingLimiter
-  private let watchdogQueue = DispatchQueue(label: "9bbs.watchdog")
+  let watchdogQueue = DispatchQueue(label: "9bbs.watchdog")
   let wakeQueue = DispatchQueue(label: "9bbs.wake", attributes: .concurrent)
-  private let state = Mutex(RunState())
+  let state = Mutex(RunState())
   private let threads = DispatchGroup()
   /// The connection slots of ``ConnectionLimit/backlog(_:)``; nil for other limits.
-  private let slots: ConnectionSlots?
+  let slots: ConnectionSlots?
 
-  private struct RunState {
+  struct RunState {
     var listeners: [Listener] = []
     var bound: [String] = []
     var connections: [Int: Connection] = [:]
@@ -95,38 +95,64 @@ public final class BBSServer: Sendable {
     self.configuration = configuration
     self.logger = logger
     limiter = PostingLimiter(limits: configuration.postingLimits)
-    switch configuration.connectionLimit {
+    slots = try Self.connectionSlots(for: configuration.connectionLimit)
+    let store = try Self.openStore(configuration)
+    try Self.checkConfiguration(configuration)
+    board = try Self.loadBoard(configuration, store: store, clock: clock, logger: logger)
+    let files = try configuration.filesDirectory.map { (directory) throws(ServerError) in
+      try FilesArea(directory: directory, writable: configuration.filesWritable)
+    }
+    namespace = Namespace(board: board, files: files, device: configuration.profile.imitatesBoard)
+  }
+
+  /// The slots of a ``ConnectionLimit/backlog(_:)`` limit; nil for the other limits.
+  private static func connectionSlots(for limit: ConnectionLimit) throws(ServerError)
+    -> ConnectionSlots?
+  {
+    switch limit {
     case .backlog(let limit), .refuse(let limit):
       guard limit >= 1 else {
         throw ServerError.badConfiguration("the connection limit must be at least 1")
       }
     case .unlimited: break
     }
-    if case .backlog(let limit) = configuration.connectionLimit {
-      slots = ConnectionSlots(limit: limit)
-    } else {
-      slots = nil
+    if case .backlog(let limit) = limit { return ConnectionSlots(limit: limit) }
+    return nil
+  }
+
+  /// The SQLite store in `dataDirectory`, or a store in memory without one.
+  private static func openStore(_ configuration: BBSServerConfiguration) throws(ServerError)
+    -> any BoardStore
+  {
+    guard let directory = configuration.dataDirectory else { return InMemoryBoardStore() }
+    do {
+      return try SQLiteBoardStore(directory: directory)
+    } catch {
+      throw ServerError.storeFailed("\(error)")
     }
-    let store: any BoardStore
-    if let directory = configuration.dataDirectory {
-      do {
-        store = try SQLiteBoardStore(directory: directory)
-      } catch {
-        throw ServerError.storeFailed("\(error)")
-      }
-    } else {
-      store = InMemoryBoardStore()
-    }
+  }
+
+  /// Refuses settings that cannot work (the connection limit: ``connectionSlots(for:)``).
+  private static func checkConfiguration(_ configuration: BBSServerConfiguration)
+    throws(ServerError)
+  {
     guard !configuration.rooms.isEmpty else {
       throw ServerError.badConfiguration("at least one chat room is needed")
     }
-    try Self.checkAuthentication(configuration)
+    try checkAuthentication(configuration)
     if let perAddress = configuration.maxConnectionsPerAddress, perAddress < 1 {
       throw ServerError.badConfiguration("the per-address connection limit must be at least 1")
     }
     guard configuration.maxBoardMessageSize >= 1 else {
       throw ServerError.badConfiguration("the board message size limit must be at least 1")
     }
+  }
+
+  /// The board on `store`, with the profile's limits and the configured /etc defaults.
+  private static func loadBoard(
+    _ configuration: BBSServerConfiguration, store: any BoardStore, clock: any BoardClock,
+    logger: Logger
+  ) throws(ServerError) -> Board {
     var limits = BoardLimits.forProfile(configuration.profile)
     if configuration.profile == .standard {
       limits.maxMessageBytes = configuration.maxBoardMessageSize
@@ -135,7 +161,7 @@ public final class BBSServer: Sendable {
     defaults[.boardname] = configuration.boardName
     defaults[.motd] = configuration.motd
     do {
-      board = try Board(
+      return try Board(
         configuration: BoardConfiguration(
           chatRooms: configuration.rooms, limits: limits, etcDefaults: defaults,
           sysops: configuration.sysops, firstUserIsSysop: configuration.firstUserIsSysop),
@@ -143,10 +169,6 @@ public final class BBSServer: Sendable {
     } catch {
       throw ServerError.storeFailed("\(error)")
     }
-    let files = try configuration.filesDirectory.map { (directory) throws(ServerError) in
-      try FilesArea(directory: directory, writable: configuration.filesWritable)
-    }
-    namespace = Namespace(board: board, files: files, device: configuration.profile.imitatesBoard)
   }
 
   /// Refuses authentication settings that cannot work.
@@ -255,7 +277,8 @@ public final class BBSServer: Sendable {
 
   // MARK: Internals
 
-  private func spawn(name: String, _ body: @escaping @Sendable () -> Void) {
+  /// Runs `body` on a new thread the server waits for when it stops.
+  func spawn(name: String, _ body: @escaping @Sendable () -> Void) {
     threads.enter()
     let thread = Thread { [threads] in
       body()
@@ -263,207 +286,5 @@ public final class BBSServer: Sendable {
     }
     thread.name = name
     thread.start()
-  }
-
-  private func acceptLoop(_ listener: Listener) {
-    while true {
-      // At the limit, leave newcomers in the listen backlog until a client leaves.
-      if let slots,
-        !slots.waitForRoom(onWait: { [logger, listener] limit in
-          logger.info(
-            "9bbsd: \(limit) of \(limit) connections in use; not accepting on \(listener.boundAddress) until one ends"
-          )
-        })
-      {
-        return
-      }
-      let transport: SocketTransport?
-      do {
-        transport = try listener.accept()
-      } catch {
-        logger.error("9bbsd: accept on \(listener.boundAddress) failed: \(error)")
-        if !state.withLock({ $0.running }) { return }
-        Thread.sleep(forTimeInterval: 0.05)
-        continue
-      }
-      guard let transport else { return }
-      // Another listener may have taken the last slot meanwhile: hold this one unserved.
-      if let slots, !slots.acquire() {
-        transport.close()
-        return
-      }
-      // A refused client is closed; the loop goes on unless the server is stopping (a
-      // refusal once ended the loop, and with it 9bbsd).
-      guard let connection = admit(transport, slotted: slots != nil) else {
-        if state.withLock({ $0.stopped }) { return }
-        continue
-      }
-      spawn(name: "9bbs.conn") { connection.run() }
-    }
-  }
-
-  private func admit(_ transport: any MessageTransport, slotted: Bool) -> Connection? {
-    var refusal = ""
-    let admitted = state.withLock { state -> Connection? in
-      guard !state.stopped else {
-        refusal = "the server is stopping"
-        return nil
-      }
-      if case .refuse(let max) = configuration.connectionLimit, state.connections.count >= max {
-        refusal = "all \(max) sessions in use"
-        return nil
-      }
-      if let perAddress = configuration.maxConnectionsPerAddress,
-        case .tcp(let host, _) = transport.address,
-        state.connections.values.lazy.filter({ $0.host == host }).count >= perAddress
-      {
-        refusal = "\(host) already has \(perAddress) connections"
-        return nil
-      }
-      let id = state.nextID
-      state.nextID += 1
-      let connection = Connection(id: id, transport: transport, server: self)
-      state.connections[id] = connection
-      if slotted { state.slotted.insert(id) }
-      return connection
-    }
-    if admitted == nil {
-      logRefusal("9bbsd: refusing a connection from \(transport.address): \(refusal)")
-      transport.close()
-      if slotted { slots?.release() }
-    }
-    return admitted
-  }
-
-  /// Forgets a connection; `fidsLeftOpen` are the fids its client never clunked (gen1).
-  func connectionEnded(_ id: Int, fidsLeftOpen: Int) {
-    let slotted = state.withLock { state in
-      state.connections.removeValue(forKey: id)
-      state.fidsLeftOpen += fidsLeftOpen
-      state.endedSinceTrim += 1
-      return state.slotted.remove(id) != nil
-    }
-    if slotted { slots?.release() }
-  }
-}
-
-// MARK: Watchdog
-
-extension BBSServer {
-  /// How often the watchdog looks: a quarter of the shortest timeout, between 50 ms and 1 s.
-  private var watchdogInterval: Duration {
-    let shortest = min(
-      configuration.handshakeTimeout, configuration.idleTimeout, configuration.stallTimeout)
-    return min(max(shortest / 4, .milliseconds(50)), .seconds(1))
-  }
-
-  /// Starts the timer that closes connections past a timeout and gives memory back after
-  /// connections end. Once.
-  fileprivate func startWatchdog() {
-    state.withLock { state in
-      guard state.watchdog == nil, !state.stopped else { return }
-      let timer = DispatchSource.makeTimerSource(queue: watchdogQueue)
-      let interval = watchdogInterval
-      timer.schedule(
-        deadline: .now() + interval.timeInterval, repeating: interval.timeInterval,
-        leeway: .milliseconds(10))
-      timer.setEventHandler { [weak self] in self?.watch() }
-      timer.resume()
-      state.watchdog = timer
-    }
-  }
-
-  /// One round: closes overdue connections, then trims the heap if connections ended since
-  /// the last round (a thread's buffers are freed when its connection ends, and glibc keeps
-  /// freed memory unless asked; 2000 connections left 162 MB behind).
-  private func watch() {
-    let now = ContinuousClock.now
-    let connections = state.withLock { Array($0.connections.values) }
-    for connection in connections {
-      guard let reason = connection.overdue(at: now) else { continue }
-      logger.notice("session \(connection.id): closing: \(reason)")
-      connection.close(reason: reason)
-    }
-    let trim = state.withLock { state -> Bool in
-      if state.endedSinceTrim > 0 { state.trimRoundsLeft = 3 }
-      state.endedSinceTrim = 0
-      guard state.trimRoundsLeft > 0 else { return false }
-      state.trimRoundsLeft -= 1
-      return true
-    }
-    if trim { returnFreeMemoryToTheSystem() }
-  }
-
-  /// Logs a refused connection, at most one line a second (a flood of connections must not
-  /// become a flood of log lines); the next line counts those not logged.
-  fileprivate func logRefusal(_ line: String) {
-    let now = ContinuousClock.now
-    let skipped = state.withLock { state -> Int? in
-      if let last = state.lastRefusalLog, last.duration(to: now) < .seconds(1) {
-        state.refusalsUnlogged += 1
-        return nil
-      }
-      defer {
-        state.refusalsUnlogged = 0
-        state.lastRefusalLog = now
-      }
-      return state.refusalsUnlogged
-    }
-    guard let skipped else { return }
-    logger.warning(
-      "\(line)\(skipped > 0 ? " (and \(skipped) more refused in the last second)" : "")")
-  }
-}
-
-/// The slots of ``ConnectionLimit/backlog(_:)``: how many accepted connections are live.
-final class ConnectionSlots: @unchecked Sendable {
-  // @unchecked: `inUse` and `closed` are touched only with `condition` locked. An NSCondition,
-  // not a Mutex: acquire() and waitForRoom() wait until release() or close() signals.
-  private let condition = NSCondition()
-  private let limit: Int
-  private var inUse = 0
-  private var closed = false
-
-  init(limit: Int) {
-    self.limit = limit
-  }
-
-  /// Waits until a slot is free without taking it; `onWait` runs once if it has to wait.
-  /// Returns false once closed.
-  func waitForRoom(onWait: (Int) -> Void) -> Bool {
-    condition.lock()
-    let full = inUse >= limit && !closed
-    condition.unlock()
-    if full { onWait(limit) }
-    condition.lock()
-    defer { condition.unlock() }
-    while inUse >= limit && !closed { condition.wait() }
-    return !closed
-  }
-
-  /// Takes a slot, waiting for one if needed. Returns false once closed.
-  func acquire() -> Bool {
-    condition.lock()
-    defer { condition.unlock() }
-    while inUse >= limit && !closed { condition.wait() }
-    guard !closed else { return false }
-    inUse += 1
-    return true
-  }
-
-  /// Gives a slot back.
-  func release() {
-    condition.lock()
-    inUse = max(0, inUse - 1)
-    condition.broadcast()
-    condition.unlock()
-  }
-
-  /// Wakes every waiter for good (the server is stopping).
-  func close() {
-    condition.lock()
-    closed = true
-    condition.broadcast()
-    condition.unlock()
   }
 }

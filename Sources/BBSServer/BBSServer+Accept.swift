@@ -1,0 +1,110 @@
+import Dispatch
+import Foundation
+import NinePTransport
+
+// Accepting connections: the accept loop of each listener, the caps a newcomer must pass,
+// and forgetting a connection when it ends.
+extension BBSServer {
+  /// Accepts clients of `listener` until it closes or the server stops.
+  func acceptLoop(_ listener: Listener) {
+    while true {
+      // At the limit, leave newcomers in the listen backlog until a client leaves.
+      if let slots,
+        !slots.waitForRoom(onWait: { [logger, listener] limit in
+          logger.info(
+            "9bbsd: \(limit) of \(limit) connections in use; not accepting on \(listener.boundAddress) until one ends"
+          )
+        })
+      {
+        return
+      }
+      let transport: SocketTransport?
+      do {
+        transport = try listener.accept()
+      } catch {
+        logger.error("9bbsd: accept on \(listener.boundAddress) failed: \(error)")
+        if !state.withLock({ $0.running }) { return }
+        Thread.sleep(forTimeInterval: 0.05)
+        continue
+      }
+      guard let transport else { return }
+      // Another listener may have taken the last slot meanwhile: hold this one unserved.
+      if let slots, !slots.acquire() {
+        transport.close()
+        return
+      }
+      // A refused client is closed; the loop goes on unless the server is stopping (a
+      // refusal once ended the loop, and with it 9bbsd).
+      guard let connection = admit(transport, slotted: slots != nil) else {
+        if state.withLock({ $0.stopped }) { return }
+        continue
+      }
+      spawn(name: "9bbs.conn") { connection.run() }
+    }
+  }
+
+  /// Registers a connection, or refuses (closes) it when a cap or a stop says so.
+  func admit(_ transport: any MessageTransport, slotted: Bool) -> Connection? {
+    var refusal = ""
+    let admitted = state.withLock { state -> Connection? in
+      guard !state.stopped else {
+        refusal = "the server is stopping"
+        return nil
+      }
+      if case .refuse(let max) = configuration.connectionLimit, state.connections.count >= max {
+        refusal = "all \(max) sessions in use"
+        return nil
+      }
+      if let perAddress = configuration.maxConnectionsPerAddress,
+        case .tcp(let host, _) = transport.address,
+        state.connections.values.lazy.filter({ $0.host == host }).count >= perAddress
+      {
+        refusal = "\(host) already has \(perAddress) connections"
+        return nil
+      }
+      let id = state.nextID
+      state.nextID += 1
+      let connection = Connection(id: id, transport: transport, server: self)
+      state.connections[id] = connection
+      if slotted { state.slotted.insert(id) }
+      return connection
+    }
+    if admitted == nil {
+      logRefusal("9bbsd: refusing a connection from \(transport.address): \(refusal)")
+      transport.close()
+      if slotted { slots?.release() }
+    }
+    return admitted
+  }
+
+  /// Forgets a connection; `fidsLeftOpen` are the fids its client never clunked (gen1).
+  func connectionEnded(_ id: Int, fidsLeftOpen: Int) {
+    let slotted = state.withLock { state in
+      state.connections.removeValue(forKey: id)
+      state.fidsLeftOpen += fidsLeftOpen
+      state.endedSinceTrim += 1
+      return state.slotted.remove(id) != nil
+    }
+    if slotted { slots?.release() }
+  }
+
+  /// Logs a refused connection, at most one line a second (a flood of connections must not
+  /// become a flood of log lines); the next line counts those not logged.
+  private func logRefusal(_ line: String) {
+    let now = ContinuousClock.now
+    let skipped = state.withLock { state -> Int? in
+      if let last = state.lastRefusalLog, last.duration(to: now) < .seconds(1) {
+        state.refusalsUnlogged += 1
+        return nil
+      }
+      defer {
+        state.refusalsUnlogged = 0
+        state.lastRefusalLog = now
+      }
+      return state.refusalsUnlogged
+    }
+    guard let skipped else { return }
+    logger.warning(
+      "\(line)\(skipped > 0 ? " (and \(skipped) more refused in the last second)" : "")")
+  }
+}
