@@ -48,19 +48,7 @@ struct MountDaemon {
   /// what the user hears about.
   private func serve(logger: Logger) throws(MountError) {
     let logFD = try checkLocally()
-    var local: LocalBBS?
-    let target: TransportAddress
-    if let address {
-      target = address
-    } else {
-      do {
-        let started = try LocalBBS.start(logger: logger)
-        local = started
-        target = started.address
-      } catch {
-        throw .local("\(error)")
-      }
-    }
+    let (target, local) = try mountTarget(logger: logger)
     defer { local?.stop() }
 
     let candidates = [target] + (address == nil ? [] : fallbacks)
@@ -129,6 +117,17 @@ struct MountDaemon {
       throw .fuse(error)
     }
     return logFD
+  }
+
+  /// The address to mount: the one given, or that of the built-in BBS, started now.
+  private func mountTarget(logger: Logger) throws(MountError) -> (TransportAddress, LocalBBS?) {
+    if let address { return (address, nil) }
+    do {
+      let started = try LocalBBS.start(logger: logger)
+      return (started.address, started)
+    } catch {
+      throw .local("\(error)")
+    }
   }
 
   /// The sessions' configuration: one profile for every transport (a device's rules are safe
