@@ -122,7 +122,8 @@ struct ParsedOptions {
     init(_ item: String) {
       self.item = item
       let parts = item.split(separator: "=", maxSplits: 1).map(String.init)
-      key = parts[0]
+      // `=` alone splits into nothing: an option without a name, refused as unknown.
+      key = parts.first ?? ""
       value = parts.count > 1 ? parts[1] : nil
     }
 
