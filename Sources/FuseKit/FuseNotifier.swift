@@ -39,8 +39,10 @@ public final class FuseNotifier: Sendable {
 /// ``FuseFileSystem/poll(_:inode:file:handle:)``. Keep the newest one per open file and call
 /// ``notify()`` when its readiness changes; one notification wakes every poller of that file.
 /// Freed (`fuse_pollhandle_destroy`) when the last reference goes.
+///
+/// Sendable by hand (`@unchecked`, `OpaquePointer` is not Sendable): `raw` is immutable;
+/// libfuse only reads it in notify, under the core's gate.
 public final class FusePollHandle: @unchecked Sendable, Hashable {
-  // @unchecked: `raw` is immutable; libfuse only reads it in notify, under the core's gate.
   private let raw: OpaquePointer
   private weak let core: FuseUserdata?
 

@@ -6,10 +6,23 @@ import Glibc
 // (they are only valid during the call), traces it, and calls the file system.
 
 extension FuseUserdata {
-  /// The low-level ops table handed to `fuse_session_new`.
+  /// The low-level ops table handed to `fuse_session_new`, one group of ops at a time. Each op
+  /// is a closure that captures nothing, as a C function pointer must: what it needs comes
+  /// through the session's userdata.
   static func operations() -> fuse_lowlevel_ops {
     var ops = fuse_lowlevel_ops()
+    installSessionOps(in: &ops)
+    installNodeOps(in: &ops)
+    installEntryOps(in: &ops)
+    installDirectoryOps(in: &ops)
+    installFileOps(in: &ops)
+    installDataOps(in: &ops)
+    return ops
+  }
 
+  /// The session: init and destroy, and statfs, which is also the session's own wake-up
+  /// call at exit.
+  private static func installSessionOps(in ops: inout fuse_lowlevel_ops) {
     ops.`init` = { userdata, conn in
       guard let core = FuseUserdata.from(userdata), let conn else { return }
       var c = FuseConnection(conn.pointee)
@@ -30,6 +43,22 @@ extension FuseUserdata {
       core.fileSystem.destroy()
     }
 
+    ops.statfs = { req, ino in
+      guard let (core, r) = beginRequest(req) else { return }
+      core.traceOp(r, "statfs ino=\(ino)")
+      if core.isExiting {
+        // Most likely the session's own wake-up call: do not wait for the file system.
+        var s = statvfs()
+        s.f_namemax = 255
+        r.replyStatfs(s)
+        return
+      }
+      core.fileSystem.statfs(r, inode: ino)
+    }
+  }
+
+  /// Nodes: finding them by name, their lifetimes (forget) and their attributes.
+  private static func installNodeOps(in ops: inout fuse_lowlevel_ops) {
     ops.lookup = { req, parent, name in
       guard let (core, r) = beginRequest(req), let name else { return }
       let n = String(cString: name)
@@ -75,7 +104,10 @@ extension FuseUserdata {
       core.traceOp(r, "readlink ino=\(ino)")
       core.fileSystem.readlink(r, inode: ino)
     }
+  }
 
+  /// Entries of a directory: making, linking, removing and renaming them.
+  private static func installEntryOps(in ops: inout fuse_lowlevel_ops) {
     ops.mknod = { req, parent, name, mode, rdev in
       guard let (core, r) = beginRequest(req), let name else { return }
       let n = String(cString: name)
@@ -126,50 +158,10 @@ extension FuseUserdata {
         r, parent: parent, name: n, newParent: newParent, newName: nn,
         flags: FuseRenameFlags(rawValue: flags))
     }
+  }
 
-    ops.open = { req, ino, fi in
-      guard let (core, r) = beginRequest(req), let fi else { return }
-      let f = FuseFileInfo(fi)
-      core.traceOp(r, "open ino=\(ino) flags=0\(String(f.flags, radix: 8))")
-      core.fileSystem.open(r, inode: ino, file: f)
-    }
-
-    ops.read = { req, ino, size, off, fi in
-      guard let (core, r) = beginRequest(req), let fi else { return }
-      let f = FuseFileInfo(fi)
-      core.traceOp(r, "read ino=\(ino) fh=\(f.handle) size=\(size) off=\(off)")
-      core.fileSystem.read(r, inode: ino, size: size, offset: Int64(off), file: f)
-    }
-
-    ops.write = { req, ino, buf, size, off, fi in
-      guard let (core, r) = beginRequest(req), let fi else { return }
-      let f = FuseFileInfo(fi)
-      let data = buf.map { [UInt8](UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
-      core.traceOp(r, "write ino=\(ino) fh=\(f.handle) size=\(size) off=\(off)")
-      core.fileSystem.write(r, inode: ino, data: data, offset: Int64(off), file: f)
-    }
-
-    ops.flush = { req, ino, fi in
-      guard let (core, r) = beginRequest(req), let fi else { return }
-      let f = FuseFileInfo(fi)
-      core.traceOp(r, "flush ino=\(ino) fh=\(f.handle)")
-      core.fileSystem.flush(r, inode: ino, file: f)
-    }
-
-    ops.release = { req, ino, fi in
-      guard let (core, r) = beginRequest(req), let fi else { return }
-      let f = FuseFileInfo(fi)
-      core.traceOp(r, "release ino=\(ino) fh=\(f.handle)")
-      core.fileSystem.release(r, inode: ino, file: f)
-    }
-
-    ops.fsync = { req, ino, datasync, fi in
-      guard let (core, r) = beginRequest(req), let fi else { return }
-      let f = FuseFileInfo(fi)
-      core.traceOp(r, "fsync ino=\(ino) fh=\(f.handle) datasync=\(datasync)")
-      core.fileSystem.fsync(r, inode: ino, dataOnly: datasync != 0, file: f)
-    }
-
+  /// Open directories: listing them.
+  private static func installDirectoryOps(in ops: inout fuse_lowlevel_ops) {
     ops.opendir = { req, ino, fi in
       guard let (core, r) = beginRequest(req), let fi else { return }
       core.traceOp(r, "opendir ino=\(ino)")
@@ -196,18 +188,15 @@ extension FuseUserdata {
       core.traceOp(r, "releasedir ino=\(ino) fh=\(f.handle)")
       core.fileSystem.releasedir(r, inode: ino, file: f)
     }
+  }
 
-    ops.statfs = { req, ino in
-      guard let (core, r) = beginRequest(req) else { return }
-      core.traceOp(r, "statfs ino=\(ino)")
-      if core.isExiting {
-        // Most likely the session's own wake-up call: do not wait for the file system.
-        var s = statvfs()
-        s.f_namemax = 255
-        r.replyStatfs(s)
-        return
-      }
-      core.fileSystem.statfs(r, inode: ino)
+  /// Open files: opening, creating and closing them, and making their data durable.
+  private static func installFileOps(in ops: inout fuse_lowlevel_ops) {
+    ops.open = { req, ino, fi in
+      guard let (core, r) = beginRequest(req), let fi else { return }
+      let f = FuseFileInfo(fi)
+      core.traceOp(r, "open ino=\(ino) flags=0\(String(f.flags, radix: 8))")
+      core.fileSystem.open(r, inode: ino, file: f)
     }
 
     ops.create = { req, parent, name, mode, fi in
@@ -216,6 +205,45 @@ extension FuseUserdata {
       let f = FuseFileInfo(fi)
       core.traceOp(r, "create parent=\(parent) name=\(n) mode=0\(String(mode, radix: 8))")
       core.fileSystem.create(r, parent: parent, name: n, mode: mode, file: f)
+    }
+
+    ops.flush = { req, ino, fi in
+      guard let (core, r) = beginRequest(req), let fi else { return }
+      let f = FuseFileInfo(fi)
+      core.traceOp(r, "flush ino=\(ino) fh=\(f.handle)")
+      core.fileSystem.flush(r, inode: ino, file: f)
+    }
+
+    ops.release = { req, ino, fi in
+      guard let (core, r) = beginRequest(req), let fi else { return }
+      let f = FuseFileInfo(fi)
+      core.traceOp(r, "release ino=\(ino) fh=\(f.handle)")
+      core.fileSystem.release(r, inode: ino, file: f)
+    }
+
+    ops.fsync = { req, ino, datasync, fi in
+      guard let (core, r) = beginRequest(req), let fi else { return }
+      let f = FuseFileInfo(fi)
+      core.traceOp(r, "fsync ino=\(ino) fh=\(f.handle) datasync=\(datasync)")
+      core.fileSystem.fsync(r, inode: ino, dataOnly: datasync != 0, file: f)
+    }
+  }
+
+  /// The data of open files: reading, writing, and waiting until it can be read (poll).
+  private static func installDataOps(in ops: inout fuse_lowlevel_ops) {
+    ops.read = { req, ino, size, off, fi in
+      guard let (core, r) = beginRequest(req), let fi else { return }
+      let f = FuseFileInfo(fi)
+      core.traceOp(r, "read ino=\(ino) fh=\(f.handle) size=\(size) off=\(off)")
+      core.fileSystem.read(r, inode: ino, size: size, offset: Int64(off), file: f)
+    }
+
+    ops.write = { req, ino, buf, size, off, fi in
+      guard let (core, r) = beginRequest(req), let fi else { return }
+      let f = FuseFileInfo(fi)
+      let data = buf.map { [UInt8](UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
+      core.traceOp(r, "write ino=\(ino) fh=\(f.handle) size=\(size) off=\(off)")
+      core.fileSystem.write(r, inode: ino, data: data, offset: Int64(off), file: f)
     }
 
     ops.poll = { req, ino, fi, ph in
@@ -228,8 +256,6 @@ extension FuseUserdata {
       core.traceOp(r, "poll ino=\(ino) fh=\(f.handle) events=\(f.pollEvents) handle=\(ph != nil)")
       core.fileSystem.poll(r, inode: ino, file: f, handle: handle)
     }
-
-    return ops
   }
 }
 

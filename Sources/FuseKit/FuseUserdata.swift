@@ -10,9 +10,10 @@ import Synchronization
 ///
 /// Its address is the `fuse_session`'s userdata; it lives until the ``FuseMount`` is gone,
 /// which is after `fuse_session_destroy`.
+///
+/// Sendable by hand (`@unchecked`): `gate` is a pthread rwlock at a fixed address, `session`
+/// is written once before any request exists and cleared under the gate's write lock.
 final class FuseUserdata: @unchecked Sendable {
-  // @unchecked: `gate` is a pthread rwlock at a fixed address, `session` is written once
-  // before any request exists and cleared under the gate's write lock.
 
   let fileSystem: any FuseFileSystem
   let logger: Logger

@@ -44,91 +44,24 @@ struct MountDaemon {
     }
   }
 
+  /// Checks, connects, mounts and serves until unmounted, in that order: what fails first is
+  /// what the user hears about.
   private func serve(logger: Logger) throws(MountError) {
-    // Local problems first: they are quick to find and need no server.
-    // A detached daemon's log file is opened now, so a bad path fails the mount.
-    let logFD = try options.logFile.map { path throws(MountError) in try DaemonLog.openLogFile(path)
-    }
-    let absoluteMountpoint = MountTable.absolutePath(mountpoint)
-    if let type = MountTable.type(at: absoluteMountpoint) {
-      let kind = type == MountTable.ownType ? "a mount9bbs mount" : "mounted (\(type))"
-      throw .refused(
-        "\(absoluteMountpoint) is already \(kind); unmount it first (mount9bbs -u) or mount elsewhere"
-      )
-    }
-    do throws(FuseMountError) {
-      try FuseMount.checkDevice()
-      try FuseMount.checkMountpoint(mountpoint, allowNonEmpty: options.allowNonEmpty)
-    } catch {
-      throw .fuse(error)
-    }
-
-    var local: LocalBBS?
-    let target: TransportAddress
-    if let address {
-      target = address
-    } else {
-      do {
-        let started = try LocalBBS.start(logger: logger)
-        local = started
-        target = started.address
-      } catch {
-        throw .local("\(error)")
-      }
-    }
+    let logFD = try checkLocally()
+    let (target, local) = try mountTarget(logger: logger)
     defer { local?.stop() }
 
     let candidates = [target] + (address == nil ? [] : fallbacks)
-    // One profile for every transport: a device's rules are safe over a gateway too, the
-    // reverse is not.
-    let profile =
-      options.profile
-      ?? (candidates.contains { ServerProfile.default(for: $0) == .device } ? .device : .multiplex)
-    var configuration = SessionConfiguration(
-      profile: profile, uname: options.uname, aname: options.aname, requestedMsize: options.msize,
-      requestTimeout: options.timeout)
-    // Not for the built-in BBS, which does not authenticate.
-    if address != nil {
-      configuration.authentication = try options.authentication(
-        board: candidates.map(\.description), logger: logger)
-    }
+    let configuration = try sessionConfiguration(for: candidates, logger: logger)
     let pool = try connect(candidates, configuration, logger)
     // Fids go back to the server: a board that does not clunk on disconnect would keep them.
     defer { pool.close(tidyingWithin: .seconds(1)) }
     let primary = pool.primary
     let user = primary.authenticatedIdentity.map { "identity \($0)" } ?? "uname \(options.uname)"
     logger.info(
-      "connected to \(pool.address) (\(profile) profile, msize \(primary.msize), \(user))")
-
-    var mountOptions = MountOptions(uid: options.uid ?? getuid(), gid: options.gid ?? getgid())
-    mountOptions.umask = options.umask ?? 0
-    if options.allowOther && !options.allowOtherWrite {
-      // Everything written through the mount is said by the mounting user's proven identity:
-      // other users read, and only the owner writes (the kernel checks the modes, as
-      // allow_other turns default_permissions on).
-      mountOptions.umask |= 0o022
-    }
-    mountOptions.readOnly = options.readOnly
-    mountOptions.rawText = options.rawText
-    mountOptions.streamGlobs = options.streamGlobs
-    mountOptions.awareness = options.awareness
-    // As /proc shows it in a process's open files: symbolic links resolved.
-    mountOptions.mountpoint = realpath(mountpoint, nil).map { resolved in
-      defer { free(resolved) }
-      return String(cString: resolved)
-    }
-    let fileSystem: BBSFileSystem
-    do {
-      // The built-in BBS lives and dies with the mount: no outbox or history for it.
-      let key = "\(primary.authenticatedIdentity ?? options.uname)@\(target)\(options.aname)"
-      let outbox = options.outbox && address != nil ? Outbox.directory(forKey: key) : nil
-      let history = options.history && address != nil ? RoomHistory.directory(forKey: key) : nil
-      fileSystem = try BBSFileSystem(
-        pool: pool, options: mountOptions, outboxDirectory: outbox, historyDirectory: history,
-        logger: logger)
-    } catch {
-      throw .local("\(error)")
-    }
+      "connected to \(pool.address) (\(configuration.profile) profile, msize \(primary.msize), \(user))"
+    )
+    let fileSystem = try makeFileSystem(on: pool, target: target, logger: logger)
 
     // Checked before mounting: a mount that `-u` and `status` could not find is worse than
     // none.
@@ -139,24 +72,9 @@ struct MountDaemon {
       throw .runtime(error)
     }
 
-    var fuseOptions = FuseMountOptions()
-    fuseOptions.fsName = "9bbs:" + (address?.description ?? "local")
-    fuseOptions.subtype = "mount9bbs"
-    fuseOptions.allowOther = options.allowOther
-    fuseOptions.defaultPermissions = options.defaultPermissions
-    fuseOptions.readOnly = options.readOnly
-    fuseOptions.allowNonEmptyMountpoint = options.allowNonEmpty
-    fuseOptions.extraOptions = options.passthrough
-    fuseOptions.maxRead = options.maxRead ?? splicedRequestLimit
-    fuseOptions.handleSignals = true
-    // Stopping (feeds, histories, clunking every fid) must not be cut short by a second
-    // SIGTERM or Ctrl-C (systemd, `kill` right after `umount`).
-    fuseOptions.ignoresSignalsAfterStop = true
-    if options.readaheadKiB > 0 { fuseOptions.readaheadKiB = options.readaheadKiB }
-    fuseOptions.trace = debug
     fileSystem.prefetchRoot(timeout: .seconds(5))
     let fuse = FuseMount(
-      fileSystem: fileSystem, mountpoint: mountpoint, options: fuseOptions, logger: logger)
+      fileSystem: fileSystem, mountpoint: mountpoint, options: fuseMountOptions(), logger: logger)
     do throws(FuseMountError) {
       try fuse.mount()
     } catch {
@@ -176,8 +94,125 @@ struct MountDaemon {
       logger.warning("no control socket at \(record.controlPath); status will not work")
     }
     defer { control?.close() }
-    // Ready only once the kernel's INIT went through: a refused INIT (libfuse said why on
-    // stderr) must fail the command, not leave it reporting success over nothing.
+    reportReadyOnceMounted(pool: pool, logFD: logFD, logger: logger)
+    try serveUntilUnmounted(fuse, fileSystem)
+  }
+
+  /// Local problems first: they are quick to find and need no server. Returns the detached
+  /// daemon's log file, opened now so that a bad path fails the mount.
+  private func checkLocally() throws(MountError) -> Int32? {
+    let logFD = try options.logFile.map { path throws(MountError) in try DaemonLog.openLogFile(path)
+    }
+    let absoluteMountpoint = MountTable.absolutePath(mountpoint)
+    if let type = MountTable.type(at: absoluteMountpoint) {
+      let kind = type == MountTable.ownType ? "a mount9bbs mount" : "mounted (\(type))"
+      throw .refused(
+        "\(absoluteMountpoint) is already \(kind); unmount it first (mount9bbs -u) or mount elsewhere"
+      )
+    }
+    do throws(FuseMountError) {
+      try FuseMount.checkDevice()
+      try FuseMount.checkMountpoint(mountpoint, allowNonEmpty: options.allowNonEmpty)
+    } catch {
+      throw .fuse(error)
+    }
+    return logFD
+  }
+
+  /// The address to mount: the one given, or that of the built-in BBS, started now.
+  private func mountTarget(logger: Logger) throws(MountError) -> (TransportAddress, LocalBBS?) {
+    if let address { return (address, nil) }
+    do {
+      let started = try LocalBBS.start(logger: logger)
+      return (started.address, started)
+    } catch {
+      throw .local("\(error)")
+    }
+  }
+
+  /// The sessions' configuration: one profile for every transport (a device's rules are safe
+  /// over a gateway too, the reverse is not), and the key to authenticate with.
+  private func sessionConfiguration(
+    for candidates: [TransportAddress], logger: Logger
+  ) throws(MountError) -> SessionConfiguration {
+    let profile =
+      options.profile
+      ?? (candidates.contains { ServerProfile.default(for: $0) == .device } ? .device : .multiplex)
+    var configuration = SessionConfiguration(
+      profile: profile, uname: options.uname, aname: options.aname, requestedMsize: options.msize,
+      requestTimeout: options.timeout)
+    // Not for the built-in BBS, which does not authenticate.
+    if address != nil {
+      configuration.authentication = try options.authentication(
+        board: candidates.map(\.description), logger: logger)
+    }
+    return configuration
+  }
+
+  /// What the file system is told by the command line.
+  private var fileSystemOptions: MountOptions {
+    var mountOptions = MountOptions(uid: options.uid ?? getuid(), gid: options.gid ?? getgid())
+    mountOptions.umask = options.umask ?? 0
+    if options.allowOther && !options.allowOtherWrite {
+      // Everything written through the mount is said by the mounting user's proven identity:
+      // other users read, and only the owner writes (the kernel checks the modes, as
+      // allow_other turns default_permissions on).
+      mountOptions.umask |= 0o022
+    }
+    mountOptions.readOnly = options.readOnly
+    mountOptions.rawText = options.rawText
+    mountOptions.streamGlobs = options.streamGlobs
+    mountOptions.awareness = options.awareness
+    // As /proc shows it in a process's open files: symbolic links resolved.
+    mountOptions.mountpoint = realpath(mountpoint, nil).map { resolved in
+      defer { free(resolved) }
+      return String(cString: resolved)
+    }
+    return mountOptions
+  }
+
+  /// The file system over `pool`, with the outbox and room history kept for this board and
+  /// user (none for the built-in BBS, which lives and dies with the mount).
+  private func makeFileSystem(
+    on pool: Pool, target: TransportAddress, logger: Logger
+  ) throws(MountError) -> BBSFileSystem {
+    do {
+      let key = "\(pool.primary.authenticatedIdentity ?? options.uname)@\(target)\(options.aname)"
+      let outbox = options.outbox && address != nil ? Outbox.directory(forKey: key) : nil
+      let history = options.history && address != nil ? RoomHistory.directory(forKey: key) : nil
+      return try BBSFileSystem(
+        pool: pool, options: fileSystemOptions, outboxDirectory: outbox, historyDirectory: history,
+        logger: logger)
+    } catch {
+      throw .local("\(error)")
+    }
+  }
+
+  /// The options libfuse mounts with.
+  private func fuseMountOptions() -> FuseMountOptions {
+    var fuseOptions = FuseMountOptions()
+    fuseOptions.fsName = "9bbs:" + (address?.description ?? "local")
+    fuseOptions.subtype = "mount9bbs"
+    fuseOptions.allowOther = options.allowOther
+    fuseOptions.defaultPermissions = options.defaultPermissions
+    fuseOptions.readOnly = options.readOnly
+    fuseOptions.allowNonEmptyMountpoint = options.allowNonEmpty
+    fuseOptions.extraOptions = options.passthrough
+    fuseOptions.maxRead = options.maxRead ?? splicedRequestLimit
+    fuseOptions.handleSignals = true
+    // Stopping (feeds, histories, clunking every fid) must not be cut short by a second
+    // SIGTERM or Ctrl-C (systemd, `kill` right after `umount`).
+    fuseOptions.ignoresSignalsAfterStop = true
+    if options.readaheadKiB > 0 { fuseOptions.readaheadKiB = options.readaheadKiB }
+    fuseOptions.trace = debug
+    return fuseOptions
+  }
+
+  /// Reports the mount ready (to the front process and systemd) once the kernel's INIT went
+  /// through: a refused INIT (libfuse said why on stderr) must fail the command, not leave it
+  /// reporting success over nothing.
+  private func reportReadyOnceMounted(pool: Pool, logFD: Int32?, logger: Logger) {
+    let absoluteMountpoint = MountTable.absolutePath(mountpoint)
     Thread.detachNewThread { [self] in
       var info = stat()
       guard stat(absoluteMountpoint, &info) == 0, FuseMount.isFuseMount(path: absoluteMountpoint)
@@ -193,6 +228,12 @@ struct MountDaemon {
       SystemdNotifier.ready(mountpoint: absoluteMountpoint, link: pool.linkState)
       pool.observe { state in SystemdNotifier.linkChanged(state, mountpoint: absoluteMountpoint) }
     }
+  }
+
+  /// Runs the FUSE loop until the unmount, then stops the file system.
+  private func serveUntilUnmounted(_ fuse: FuseMount, _ fileSystem: BBSFileSystem)
+    throws(MountError)
+  {
     var loopError: FuseMountError?
     do {
       try fuse.run()

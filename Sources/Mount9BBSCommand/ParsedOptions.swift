@@ -105,137 +105,190 @@ struct ParsedOptions {
   init(_ lists: [String]) throws(Invalid) {
     uname = Self.loginName()
     for item in lists.flatMap({ $0.split(separator: ",").map(String.init) }) where !item.isEmpty {
+      let option = Option(item)
+      if try applyConnection(option) { continue }
+      if try applyFileSystem(option) { continue }
+      if try applyAwareness(option) { continue }
+      try applyForeign(option)
+    }
+  }
+
+  /// One `-o` item, `key` or `key=value`, and its value read as each option needs it.
+  struct Option {
+    let item: String
+    let key: String
+    let value: String?
+
+    init(_ item: String) {
+      self.item = item
       let parts = item.split(separator: "=", maxSplits: 1).map(String.init)
-      let key = parts[0]
-      let value = parts.count > 1 ? parts[1] : nil
-      func required() throws(Invalid) -> String {
-        guard let value, !value.isEmpty else {
-          throw Invalid(description: "option \(key) needs a value (\(key)=…)")
-        }
-        return value
+      // `=` alone splits into nothing: an option without a name, refused as unknown.
+      key = parts.first ?? ""
+      value = parts.count > 1 ? parts[1] : nil
+    }
+
+    func required() throws(Invalid) -> String {
+      guard let value, !value.isEmpty else {
+        throw Invalid(description: "option \(key) needs a value (\(key)=…)")
       }
-      func onOff() throws(Invalid) -> Bool {
-        let text = try required()
-        guard text == "on" || text == "off" else {
-          throw Invalid(description: "option \(key)=\(text): expected on or off")
-        }
-        return text == "on"
+      return value
+    }
+
+    func onOff() throws(Invalid) -> Bool {
+      let text = try required()
+      guard text == "on" || text == "off" else {
+        throw Invalid(description: "option \(key)=\(text): expected on or off")
       }
-      func number(_ range: ClosedRange<Int>) throws(Invalid) -> Int {
-        let text = try required()
-        guard let parsed = Int(text), range.contains(parsed) else {
-          throw Invalid(
-            description:
-              "option \(key)=\(text): expected a number from \(range.lowerBound) to \(range.upperBound)"
-          )
-        }
-        return parsed
-      }
-      switch key {
-      case "uname": uname = try required()
-      case "aname": aname = value ?? ""
-      case "msize": msize = UInt32(try number(256...(16 << 20)))
-      case "profile":
-        let text = try required()
-        guard let chosen = ServerProfile(rawValue: text) else {
-          throw Invalid(description: "option profile=\(text): expected device or multiplex")
-        }
-        profile = chosen
-      case "sessions": sessions = try number(1...16)
-      case "ro": readOnly = true
-      case "rw": readOnly = false
-      case "allow_other":
-        allowOther = true
-        // Other users reach the files: let the kernel check the modes.
-        defaultPermissions = true
-      case "allow_other_write":
-        allowOtherWrite = true
-        allowOther = true
-        defaultPermissions = true
-      case "default_permissions": defaultPermissions = true
-      case "rawtext": rawText = true
-      case "timeout": timeout = .seconds(try number(1...86400))
-      case "stream": streamGlobs.append(try required())
-      case "nonempty": allowNonEmpty = true
-      case "outbox": outbox = try onOff()
-      case "history": history = try onOff()
-      // sshfs's flag form: `-o reconnect`.
-      case "reconnect": reconnect = value == nil ? true : try onOff()
-      case "keepalive", "ServerAliveInterval":
-        let seconds = try number(0...3600)
-        keepalive = seconds == 0 ? nil : .seconds(seconds)
-      case "readahead": readaheadKiB = try number(0...(1 << 20))
-      case "ServerAliveCountMax": keepaliveMisses = try number(1...100)
-      case "identity", "IdentityFile": identity = KeySource(parsing: try required())
-      case "auth":
-        let text = try required()
-        guard let mode = AuthMode(rawValue: text) else {
-          throw Invalid(description: "option auth=\(text): expected auto, required or off")
-        }
-        auth = mode
-      case "auth-sign":
-        let text = try required()
-        guard let form = ChallengeResponse.Form(rawValue: text) else {
-          throw Invalid(description: "option auth-sign=\(text): expected bound or raw")
-        }
-        authSign = form
-      case "uid": uid = UInt32(try number(0...Int(Int32.max)))
-      case "gid": gid = UInt32(try number(0...Int(Int32.max)))
-      case "umask":
-        let text = try required()
-        guard let mask = UInt32(text, radix: 8), mask <= 0o777 else {
-          throw Invalid(
-            description: "option umask=\(text): expected octal permission bits, e.g. 022")
-        }
-        umask = mask
-      case "idmap":
-        // Every file already shows as the mounting user's (or uid=/gid=): sshfs's idmap=user.
-        guard value == "user" || value == "none" else {
-          throw Invalid(description: "option idmap=\(value ?? ""): expected user or none")
-        }
-      case "subtype":
+      return text == "on"
+    }
+
+    func number(_ range: ClosedRange<Int>) throws(Invalid) -> Int {
+      let text = try required()
+      guard let parsed = Int(text), range.contains(parsed) else {
         throw Invalid(
           description:
-            "option subtype= is mount9bbs's own (fuse.mount9bbs); status and -u rely on it")
-      case "watch":
-        let text = try required()
-        switch text {
-        case "all": awareness.watch = .all
-        case "none": awareness.watch = AwarenessOptions.Watch.none
-        default:
-          let rooms = text.split(separator: ":").map(String.init)
-          guard !rooms.contains(where: { $0.contains("/") }) else {
-            throw Invalid(description: "option watch=\(text): expected all, none or ROOM[:ROOM…]")
-          }
-          awareness.watch = .rooms(Set(rooms))
-        }
-      case "highlight":
-        awareness.highlights += try required().split(separator: ":").map(String.init)
-      case "notify":
-        let text = try required()
-        guard let mode = AwarenessOptions.Notify(rawValue: text) else {
-          throw Invalid(description: "option notify=\(text): expected mentions, all or off")
-        }
-        awareness.notify = mode
-      case "notify-command": awareness.notifyCommand = try required()
-      case "debug": debug = true
-      case "max_read": maxRead = UInt32(try number(4096...(16 << 20)))
-      case "log": logFile = try required()
-      case _ where Self.mountOnly.contains(key) || key.hasPrefix("x-") || key == "comment":
-        continue
-      case _ where Self.libfuseFlags.contains(key) && value == nil:
-        passthrough.append(item)
-      case _ where Self.libfuseValued.contains(key):
-        _ = try required()
-        passthrough.append(item)
-      case _ where Self.sshfsOnly[key] != nil:
+            "option \(key)=\(text): expected a number from \(range.lowerBound) to \(range.upperBound)"
+        )
+      }
+      return parsed
+    }
+  }
+
+  /// The session's options: who attaches, how, and how the link is kept. False if `option`
+  /// is none of them.
+  private mutating func applyConnection(_ option: Option) throws(Invalid) -> Bool {
+    switch option.key {
+    case "uname": uname = try option.required()
+    case "aname": aname = option.value ?? ""
+    case "msize": msize = UInt32(try option.number(256...(16 << 20)))
+    case "profile":
+      let text = try option.required()
+      guard let chosen = ServerProfile(rawValue: text) else {
+        throw Invalid(description: "option profile=\(text): expected device or multiplex")
+      }
+      profile = chosen
+    case "sessions": sessions = try option.number(1...16)
+    case "timeout": timeout = .seconds(try option.number(1...86400))
+    // sshfs's flag form: `-o reconnect`.
+    case "reconnect": reconnect = option.value == nil ? true : try option.onOff()
+    case "keepalive", "ServerAliveInterval":
+      let seconds = try option.number(0...3600)
+      keepalive = seconds == 0 ? nil : .seconds(seconds)
+    case "ServerAliveCountMax": keepaliveMisses = try option.number(1...100)
+    case "identity", "IdentityFile": identity = KeySource(parsing: try option.required())
+    case "auth":
+      let text = try option.required()
+      guard let mode = AuthMode(rawValue: text) else {
+        throw Invalid(description: "option auth=\(text): expected auto, required or off")
+      }
+      auth = mode
+    case "auth-sign":
+      let text = try option.required()
+      guard let form = ChallengeResponse.Form(rawValue: text) else {
+        throw Invalid(description: "option auth-sign=\(text): expected bound or raw")
+      }
+      authSign = form
+    default: return false
+    }
+    return true
+  }
+
+  /// The mounted file system's options: access, ownership, caching, what is kept on disk,
+  /// logging. False if `option` is none of them.
+  private mutating func applyFileSystem(_ option: Option) throws(Invalid) -> Bool {
+    switch option.key {
+    case "ro": readOnly = true
+    case "rw": readOnly = false
+    case "allow_other":
+      allowOther = true
+      // Other users reach the files: let the kernel check the modes.
+      defaultPermissions = true
+    case "allow_other_write":
+      allowOtherWrite = true
+      allowOther = true
+      defaultPermissions = true
+    case "default_permissions": defaultPermissions = true
+    case "rawtext": rawText = true
+    case "stream": streamGlobs.append(try option.required())
+    case "nonempty": allowNonEmpty = true
+    case "outbox": outbox = try option.onOff()
+    case "history": history = try option.onOff()
+    case "readahead": readaheadKiB = try option.number(0...(1 << 20))
+    case "uid": uid = UInt32(try option.number(0...Int(Int32.max)))
+    case "gid": gid = UInt32(try option.number(0...Int(Int32.max)))
+    case "umask":
+      let text = try option.required()
+      guard let mask = UInt32(text, radix: 8), mask <= 0o777 else {
         throw Invalid(
-          description:
-            "option \(key) is sshfs's and has no meaning here: \(Self.sshfsOnly[key] ?? "")")
+          description: "option umask=\(text): expected octal permission bits, e.g. 022")
+      }
+      umask = mask
+    case "idmap":
+      // Every file already shows as the mounting user's (or uid=/gid=): sshfs's idmap=user.
+      guard option.value == "user" || option.value == "none" else {
+        throw Invalid(description: "option idmap=\(option.value ?? ""): expected user or none")
+      }
+    case "subtype":
+      throw Invalid(
+        description:
+          "option subtype= is mount9bbs's own (fuse.mount9bbs); status and -u rely on it")
+    case "debug": debug = true
+    case "max_read": maxRead = UInt32(try option.number(4096...(16 << 20)))
+    case "log": logFile = try option.required()
+    default: return false
+    }
+    return true
+  }
+
+  /// `watch=`, `highlight=`, `notify=`, `notify-command=` (Awareness/). False if `option` is
+  /// none of them.
+  private mutating func applyAwareness(_ option: Option) throws(Invalid) -> Bool {
+    switch option.key {
+    case "watch":
+      let text = try option.required()
+      switch text {
+      case "all": awareness.watch = .all
+      case "none": awareness.watch = AwarenessOptions.Watch.none
       default:
-        throw Invalid(
-          description: "unknown option \(item) (mount9bbs --help lists the options)")
+        let rooms = text.split(separator: ":").map(String.init)
+        guard !rooms.contains(where: { $0.contains("/") }) else {
+          throw Invalid(description: "option watch=\(text): expected all, none or ROOM[:ROOM…]")
+        }
+        awareness.watch = .rooms(Set(rooms))
       }
+    case "highlight":
+      awareness.highlights += try option.required().split(separator: ":").map(String.init)
+    case "notify":
+      let text = try option.required()
+      guard let mode = AwarenessOptions.Notify(rawValue: text) else {
+        throw Invalid(description: "option notify=\(text): expected mentions, all or off")
+      }
+      awareness.notify = mode
+    case "notify-command": awareness.notifyCommand = try option.required()
+    default: return false
+    }
+    return true
+  }
+
+  /// Options that are not mount9bbs's own: mount(8)'s are ignored, libfuse's passed on,
+  /// sshfs's refused with what to do instead, anything else refused.
+  private mutating func applyForeign(_ option: Option) throws(Invalid) {
+    let key = option.key
+    switch key {
+    case _ where Self.mountOnly.contains(key) || key.hasPrefix("x-") || key == "comment":
+      break
+    case _ where Self.libfuseFlags.contains(key) && option.value == nil:
+      passthrough.append(option.item)
+    case _ where Self.libfuseValued.contains(key):
+      _ = try option.required()
+      passthrough.append(option.item)
+    case _ where Self.sshfsOnly[key] != nil:
+      throw Invalid(
+        description:
+          "option \(key) is sshfs's and has no meaning here: \(Self.sshfsOnly[key] ?? "")")
+    default:
+      throw Invalid(
+        description: "unknown option \(option.item) (mount9bbs --help lists the options)")
     }
   }
 

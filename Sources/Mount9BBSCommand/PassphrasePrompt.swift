@@ -45,6 +45,25 @@ enum PassphrasePrompt {
     else {
       throw .refused("cannot read the key \(path)")
     }
+    let (status, said) = try removePassphrase(from: copy, passphrase, keyPath: path)
+    guard status == 0,
+      let text = try? String(contentsOfFile: copy, encoding: .utf8),
+      (try? KeyFile.key(fromText: text, origin: path)) != nil
+    else {
+      if said.contains("incorrect passphrase") {
+        throw .refused("wrong passphrase for the key \(path)")
+      }
+      let reason = said.split(separator: "\n").last.map(String.init) ?? "ssh-keygen failed"
+      throw .refused("cannot unlock the key \(path): \(reason)")
+    }
+    return text
+  }
+
+  /// Has ssh-keygen remove the passphrase of the key at `copy`; its exit status and what it
+  /// said. `keyPath` is the original, for messages.
+  private static func removePassphrase(
+    from copy: String, _ passphrase: String, keyPath path: String
+  ) throws(MountError) -> (status: Int32, said: String) {
     // A new session, so ssh-keygen has no terminal and reads the passphrase from the pipe.
     let keygen = Process()
     keygen.executableURL = URL(fileURLWithPath: "/usr/bin/setsid")
@@ -65,17 +84,7 @@ enum PassphrasePrompt {
     try? input.fileHandleForWriting.close()
     let said = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
     keygen.waitUntilExit()
-    guard keygen.terminationStatus == 0,
-      let text = try? String(contentsOfFile: copy, encoding: .utf8),
-      (try? KeyFile.key(fromText: text, origin: path)) != nil
-    else {
-      if said.contains("incorrect passphrase") {
-        throw .refused("wrong passphrase for the key \(path)")
-      }
-      let reason = said.split(separator: "\n").last.map(String.init) ?? "ssh-keygen failed"
-      throw .refused("cannot unlock the key \(path): \(reason)")
-    }
-    return text
+    return (keygen.terminationStatus, said)
   }
 
   /// Reads one line from the terminal with echo off; the terminal is restored even if the

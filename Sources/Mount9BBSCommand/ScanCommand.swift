@@ -62,55 +62,81 @@ struct ScanCommand: ParsableCommand {
     var logger = Logger(label: "mount9bbs") { StreamLogHandler.standardError(label: $0) }
     logger.logLevel = debug ? .trace : .warning
     let seconds = timeout ?? (lan ? 5 : 10)
-    let duration = Duration.milliseconds(Int64(seconds * 1000))
     let report = ScanReport(json: json, features: feature.map { $0.lowercased() })
-    let cache = DiscoveryCache()
-    let progress = ScanProgress(seconds: seconds)
+    let scan = Scan(
+      seconds: seconds, report: report, cache: DiscoveryCache(),
+      progress: ScanProgress(seconds: seconds), logger: logger)
+    let outcome = lan ? browseLAN(scan) : scanBluetooth(scan)
+    scan.progress.stop()
+    try finish(outcome, report: report, seconds: seconds)
+  }
 
-    let outcome: Result<Int, DiscoveryError>
-    if lan {
-      let browser = LANBrowser(logger: logger)
-      let interrupt = Interrupt { browser.cancel() }
-      report.status(
-        "Browsing the LAN for 9P servers (_9p._tcp, _9pfs._tcp) for \(Self.text(seconds)) s (Ctrl-C stops)…"
-      )
-      progress.start()
-      outcome = Result { () throws(DiscoveryError) -> Int in
-        try browser.browse(duration: duration) { event in
-          progress.clear()
-          if case .found(let service) = event { remember(CachedBoard(service), in: cache, logger) }
-          report.lan(event)
-          progress.found = report.shown
+  /// What one scan reports to and remembers in.
+  private struct Scan {
+    let seconds: Double
+    let report: ScanReport
+    let cache: DiscoveryCache
+    let progress: ScanProgress
+    let logger: Logger
+
+    var duration: Duration { .milliseconds(Int64(seconds * 1000)) }
+  }
+
+  /// Browses the LAN through Avahi; the number of services seen, or why browsing failed.
+  private func browseLAN(_ scan: Scan) -> Result<Int, DiscoveryError> {
+    let (report, progress) = (scan.report, scan.progress)
+    let browser = LANBrowser(logger: scan.logger)
+    let interrupt = Interrupt { browser.cancel() }
+    defer { withExtendedLifetime(interrupt) {} }
+    report.status(
+      "Browsing the LAN for 9P servers (_9p._tcp, _9pfs._tcp) for \(Self.text(scan.seconds)) s (Ctrl-C stops)…"
+    )
+    progress.start()
+    return Result { () throws(DiscoveryError) -> Int in
+      try browser.browse(duration: scan.duration) { event in
+        progress.clear()
+        if case .found(let service) = event {
+          remember(CachedBoard(service), in: scan.cache, scan.logger)
         }
+        report.lan(event)
+        progress.found = report.shown
       }
-      withExtendedLifetime(interrupt) {}
-    } else {
-      let scanner = BluetoothScanner(logger: logger)
-      let interrupt = Interrupt { scanner.cancel() }
-      report.status(
-        "Scanning for 9BBS boards over Bluetooth LE for \(Self.text(seconds)) s (Ctrl-C stops)…")
-      progress.start()
-      outcome = Result { () throws(DiscoveryError) -> Int in
-        try scanner.scan(
-          options: BluetoothScanOptions(
-            duration: duration, readTimeout: .milliseconds(Int64(readTimeout * 1000)))
-        ) { event in
-          progress.clear()
-          switch event {
-          case .seen: break
-          case .read(let device, let information):
-            remember(CachedBoard(device, information: information), in: cache, logger)
-          case .unreadable(let device, _):
-            remember(CachedBoard(device, information: nil), in: cache, logger)
-          }
-          report.bluetooth(event)
-          progress.found = report.shown
-        }.seen
-      }
-      withExtendedLifetime(interrupt) {}
     }
-    progress.stop()
+  }
 
+  /// Scans for 9PIS over Bluetooth LE and reads each board found; the number of devices
+  /// seen, or why scanning failed.
+  private func scanBluetooth(_ scan: Scan) -> Result<Int, DiscoveryError> {
+    let (report, progress) = (scan.report, scan.progress)
+    let scanner = BluetoothScanner(logger: scan.logger)
+    let interrupt = Interrupt { scanner.cancel() }
+    defer { withExtendedLifetime(interrupt) {} }
+    report.status(
+      "Scanning for 9BBS boards over Bluetooth LE for \(Self.text(scan.seconds)) s (Ctrl-C stops)…")
+    progress.start()
+    return Result { () throws(DiscoveryError) -> Int in
+      try scanner.scan(
+        options: BluetoothScanOptions(
+          duration: scan.duration, readTimeout: .milliseconds(Int64(readTimeout * 1000)))
+      ) { event in
+        progress.clear()
+        switch event {
+        case .seen: break
+        case .read(let device, let information):
+          remember(CachedBoard(device, information: information), in: scan.cache, scan.logger)
+        case .unreadable(let device, _):
+          remember(CachedBoard(device, information: nil), in: scan.cache, scan.logger)
+        }
+        report.bluetooth(event)
+        progress.found = report.shown
+      }.seen
+    }
+  }
+
+  /// Says how the scan ended; exits 1 when it failed or nothing was shown.
+  private func finish(
+    _ outcome: Result<Int, DiscoveryError>, report: ScanReport, seconds: Double
+  ) throws {
     switch outcome {
     case .failure(let error):
       report.failure("mount9bbs: \(error)")
@@ -142,292 +168,6 @@ struct ScanCommand: ParsableCommand {
   }
 }
 
-// MARK: - Output
-
-/// Writes scan results to stdout (text or JSON lines) and status lines to stderr.
-final class ScanReport {
-  let json: Bool
-  let features: [String]
-  /// Results shown (after the feature filter).
-  private(set) var shown = 0
-  /// Results left out by the feature filter.
-  private(set) var skipped = 0
-
-  init(json: Bool, features: [String]) {
-    self.json = json
-    self.features = features
-  }
-
-  func status(_ line: String) {
-    Console.error(line)
-  }
-
-  func failure(_ line: String) {
-    Console.error(line)
-  }
-
-  private func keeps(_ offered: [String]) -> Bool {
-    features.allSatisfy { offered.contains($0) }
-  }
-
-  // MARK: Bluetooth
-
-  func bluetooth(_ event: BluetoothScanEvent) {
-    switch event {
-    case .seen(let device):
-      if json {
-        emit(["event": "seen", "kind": "ble"].merging(Self.fields(device)) { $1 })
-      } else {
-        Console.error("  seen \(Self.heading(device)); reading its 9PIS…")
-      }
-    case .read(let device, let information):
-      guard keeps(information.features) else {
-        skipped += 1
-        if !json {
-          Console.error(
-            "  skipped \(Self.safe(device.label)): features '\(Self.safe(information.featuresText ?? ""))' lack \(features.joined(separator: ","))"
-          )
-        }
-        return
-      }
-      shown += 1
-      let board = CachedBoard(device, information: information)
-      if json {
-        var object = ["event": "board", "kind": "ble"].merging(Self.fields(device)) { $1 }
-        for characteristic in NinePInformationService.Characteristic.allCases {
-          if let value = information[characteristic] {
-            object[Self.jsonKey(characteristic)] = value
-          }
-        }
-        let transport = information.transport
-        object["features"] = information.features
-        object["psm"] = transport.psm.map { Int($0) }
-        object["mtu"] = transport.mtu
-        object["missing"] = information.missing.map(Self.jsonKey)
-        object["dial"] = board.dialCandidates.map(\.description)
-        object["mount"] = Self.mountName(device)
-        object["trust"] = trust(of: board.dialCandidates).word
-        emit(object)
-        return
-      }
-      var lines = [Self.heading(device)]
-      for characteristic in NinePInformationService.Characteristic.allCases {
-        var value = information[characteristic].map(Self.safe) ?? "(not served)"
-        if characteristic == .transportInformation {
-          value += " → " + Self.dialSummary(board.dialCandidates)
-        }
-        lines.append("  " + Self.padded(characteristic.label) + value)
-      }
-      lines.append("  " + Self.padded("trust") + "\(trust(of: board.dialCandidates))")
-      lines.append(
-        "  " + Self.padded("mount") + "mount9bbs \(Self.shell(Self.mountName(device))) MOUNTPOINT")
-      Console.output(lines.joined(separator: "\n"))
-    case .unreadable(let device, let error):
-      guard features.isEmpty else {
-        skipped += 1
-        return
-      }
-      shown += 1
-      let board = CachedBoard(device, information: nil)
-      if json {
-        var object = ["event": "error", "kind": "ble"].merging(Self.fields(device)) { $1 }
-        object["error"] = "\(error)"
-        object["dial"] = board.dialCandidates.map(\.description)
-        object["mount"] = Self.mountName(device)
-        emit(object)
-        return
-      }
-      Console.output(
-        [
-          Self.heading(device),
-          "  " + Self.padded("error") + Self.safe("\(error)"),
-          "  " + Self.padded("mount")
-            + "mount9bbs \(Self.shell(Self.mountName(device))) MOUNTPOINT  ("
-            + Self.dialSummary(board.dialCandidates) + ")",
-        ].joined(separator: "\n"))
-    }
-  }
-
-  static func heading(_ device: BluetoothDevice) -> String {
-    var text =
-      (device.name.map(Self.safe) ?? "(no name)")
-      + "  \(Self.safe(device.address)) (\(device.addressType.rawValue))"
-    if let rssi = device.rssi { text += "  RSSI \(rssi) dBm" }
-    return text
-  }
-
-  static func fields(_ device: BluetoothDevice) -> [String: Any] {
-    var object: [String: Any] = [
-      "address": device.address, "addressType": device.addressType.rawValue,
-    ]
-    object["name"] = device.name
-    object["rssi"] = device.rssi
-    return object
-  }
-
-  static func jsonKey(_ characteristic: NinePInformationService.Characteristic) -> String {
-    switch characteristic {
-    case .serviceDescription: return "description"
-    case .features: return "featuresText"
-    case .transportInformation: return "transport"
-    case .appLink: return "appLink"
-    case .protocolVersion: return "protocolVersion"
-    }
-  }
-
-  static func mountName(_ device: BluetoothDevice) -> String {
-    "ble:" + (device.name ?? device.address)
-  }
-
-  static func dialSummary(_ candidates: [TransportAddress]) -> String {
-    let psms = candidates.compactMap { address -> String? in
-      guard case .l2cap(_, let psm, _) = address else { return nil }
-      let hex = String(psm, radix: 16)
-      return "0x" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
-    }
-    return psms.count == 1 ? "PSM \(psms[0])" : "PSM " + psms.joined(separator: ", then ")
-  }
-
-  static func padded(_ label: String) -> String {
-    label.padding(toLength: 13, withPad: " ", startingAt: 0)
-  }
-
-  // MARK: LAN
-
-  func lan(_ event: LANScanEvent) {
-    switch event {
-    case .found(let service):
-      guard keeps(service.features) else {
-        skipped += 1
-        if !json {
-          Console.error(
-            "  skipped \(Self.safe(service.name)): features '\(Self.safe(service.txt["features"] ?? ""))' lack \(features.joined(separator: ","))"
-          )
-        }
-        return
-      }
-      shown += 1
-      if json {
-        emit([
-          "event": "board", "kind": "mdns", "name": service.name, "type": service.type,
-          "host": service.host, "address": service.address, "port": Int(service.port),
-          "txt": service.txt, "features": service.features,
-          "dial": [service.dialAddress.description], "mount": "mdns:" + service.name,
-          "trust": trust(of: service).word,
-        ])
-        return
-      }
-      var lines = [
-        "\(Self.safe(service.name))  \(Self.safe(service.address)) port \(service.port)  (\(Self.safe(service.host)), \(Self.safe(service.type)))"
-      ]
-      for key in service.txt.keys.sorted() {
-        lines.append("  " + Self.padded(Self.safe(key)) + Self.safe(service.txt[key] ?? ""))
-      }
-      lines.append("  " + Self.padded("trust") + Self.safe("\(trust(of: service))"))
-      lines.append(
-        "  " + Self.padded("mount") + "mount9bbs \(Self.shell("mdns:" + service.name)) MOUNTPOINT")
-      Console.output(lines.joined(separator: "\n"))
-    case .removed(let name):
-      if json {
-        emit(["event": "removed", "kind": "mdns", "name": name])
-      } else {
-        Console.output("gone: \(Self.safe(name)) (no longer advertised)")
-      }
-    case .unresolved(let name, let error):
-      if json {
-        emit(["event": "error", "kind": "mdns", "name": name, "error": "\(error)"])
-      } else {
-        Console.error("  " + Self.safe("\(error)"))
-      }
-    }
-  }
-
-  /// The user's pinned board keys.
-  private let pins = BoardPins(path: BoardPins.defaultPath())
-
-  /// A Bluetooth board's trust: by address only (9PIS advertises no key).
-  private func trust(of addresses: [TransportAddress]) -> BoardPins.Trust {
-    pins.trust(at: addresses.map(\.description), advertised: nil, advertisesKeys: false)
-  }
-
-  /// A LAN board's trust: its address and the key fingerprint in its TXT `boardkey`.
-  private func trust(of service: LANService) -> BoardPins.Trust {
-    pins.trust(
-      at: [service.dialAddress.description], advertised: service.txt["boardkey"],
-      advertisesKeys: true)
-  }
-
-  /// A server-chosen string as one visible line.
-  static func safe(_ text: String) -> String { TerminalText.escaped(text) }
-
-  /// A server-chosen word quoted for pasting into a shell.
-  static func shell(_ word: String) -> String { TerminalText.shellQuoted(word) }
-
-  private func emit(_ object: [String: Any]) {
-    guard
-      let data = try? JSONSerialization.data(
-        withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
-    else { return }
-    Console.output(String(decoding: data, as: UTF8.self))
-  }
-}
-
-/// A ticking "N s left" line on stderr while scanning, when stderr is a terminal.
-final class ScanProgress: @unchecked Sendable {
-  // @unchecked: `timer` is set and cancelled only by start() and stop() on the scanning
-  // thread; what the timer's ticks read and write is in `line`.
-  private let seconds: Double
-  private var timer: (any DispatchSourceTimer)?
-  private struct Line {
-    var started = Date()
-    var visible = false
-    var count = 0
-  }
-
-  private let line = Mutex(Line())
-
-  init(seconds: Double) {
-    self.seconds = seconds
-  }
-
-  var found: Int {
-    get { line.withLock { $0.count } }
-    set { line.withLock { $0.count = newValue } }
-  }
-
-  func start() {
-    guard isatty(2) != 0 else { return }
-    line.withLock { $0.started = Date() }
-    let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "mount9bbs.progress"))
-    timer.schedule(deadline: .now() + 1, repeating: 1)
-    timer.setEventHandler { [weak self] in self?.tick() }
-    timer.resume()
-    self.timer = timer
-  }
-
-  private func tick() {
-    line.withLock { line in
-      let left = max(0, Int((seconds - Date().timeIntervalSince(line.started)).rounded()))
-      Console.errorRaw("\r\u{1B}[K  scanning… \(left) s left, \(line.count) found")
-      line.visible = true
-    }
-  }
-
-  /// Clears the ticking line before a result is written.
-  func clear() {
-    line.withLock { line in
-      if line.visible { Console.errorRaw("\r\u{1B}[K") }
-      line.visible = false
-    }
-  }
-
-  func stop() {
-    timer?.cancel()
-    timer = nil
-    clear()
-  }
-}
-
 /// Cancels a scan on SIGINT (Ctrl-C), once; a second Ctrl-C kills as usual.
 final class Interrupt {
   private let source: any DispatchSourceSignal
@@ -446,36 +186,5 @@ final class Interrupt {
   deinit {
     source.cancel()
     signal(SIGINT, SIG_DFL)
-  }
-}
-
-/// The CLI's user-facing output: whole lines to stdout or stderr, written at once.
-enum Console {
-  /// A line (or lines) to stdout; any control character left in it is shown escaped.
-  static func output(_ text: String) {
-    let safe = TerminalText.escaped(text, keepingLayout: true)
-    put(safe.hasSuffix("\n") ? safe : safe + "\n", to: 1)
-  }
-
-  /// A line (or lines) to stderr; any control character left in it is shown escaped.
-  static func error(_ text: String) {
-    let safe = TerminalText.escaped(text, keepingLayout: true)
-    put(safe.hasSuffix("\n") ? safe : safe + "\n", to: 2)
-  }
-
-  /// Text of mount9bbs's own making to stderr as it is (the progress line's cursor moves).
-
-  static func errorRaw(_ text: String) {
-    put(text, to: 2)
-  }
-
-  private static func put(_ text: String, to descriptor: Int32) {
-    var bytes = Array(text.utf8)[...]
-    while !bytes.isEmpty {
-      let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
-      if written < 0 && errno == EINTR { continue }
-      if written <= 0 { return }
-      bytes = bytes.dropFirst(written)
-    }
   }
 }

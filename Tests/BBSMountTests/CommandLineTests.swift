@@ -85,6 +85,12 @@ final class CommandLineTests: XCTestCase {
       saying: ["option sessions=0: expected a number from 1 to 16"], in: directory)
   }
 
+  /// An option with no name (`-o =`) is an unknown option, said as such (the command once
+  /// crashed on it).
+  func testOptionWithoutNameFails() throws {
+    try expectFailure(address: "tcp!127.0.0.1!1", options: ["="], saying: ["unknown option ="])
+  }
+
   // MARK: - Detached mounts and -u
 
   func testDetachedMountServesUntilUnmounted() throws {

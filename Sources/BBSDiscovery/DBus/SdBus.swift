@@ -303,8 +303,16 @@ final class SdBus {
     let rc = sd_bus_message_peek_type(message, &type, &contentsPointer)
     try check(rc, "peek")
     if rc == 0 { return nil }
+    if let value = try readBasic(message, type: type) { return value }
     let contents = contentsPointer.map { String(cString: $0) } ?? ""
+    return try readContainer(message, type: type, contents: contents)
+  }
 
+  /// The next value if its `type` is basic (a number, boolean, string, path, signature or
+  /// file descriptor); nil for a container, which is left unread.
+  private static func readBasic(_ message: OpaquePointer, type: CChar) throws(BusError)
+    -> DBusValue?
+  {
     func basic<T>(_ initial: T) throws(BusError) -> T {
       var storage = initial
       try check(
@@ -317,12 +325,6 @@ final class SdBus {
       var pointer: UnsafePointer<CChar>?
       try check(sd_bus_message_read_basic(message, type, &pointer), "read string")
       return pointer.map { String(cString: $0) } ?? ""
-    }
-    func enter() throws(BusError) {
-      try check(sd_bus_message_enter_container(message, type, contents), "enter container")
-    }
-    func exit() throws(BusError) {
-      try check(sd_bus_message_exit_container(message), "exit container")
     }
 
     switch UInt8(bitPattern: type) {
@@ -339,29 +341,26 @@ final class SdBus {
     case UInt8(ascii: "s"): return .string(try text())
     case UInt8(ascii: "o"): return .objectPath(try text())
     case UInt8(ascii: "g"): return .signature(try text())
+    default: return nil
+    }
+  }
+
+  /// The next value, a container of `type` holding `contents` (a variant, structure,
+  /// dictionary entry or array); a type not known here is skipped.
+  private static func readContainer(
+    _ message: OpaquePointer, type: CChar, contents: String
+  ) throws(BusError) -> DBusValue {
+    switch UInt8(bitPattern: type) {
     case UInt8(ascii: "v"):
-      try enter()
-      let inner = try readNext(message) ?? .structure([])
-      try exit()
-      return .variant(inner)
+      return .variant(
+        try readContents(message, type: type, contents: contents).first ?? .structure([]))
     case UInt8(ascii: "r"):
-      try enter()
-      var fields: [DBusValue] = []
-      while let field = try readNext(message) { fields.append(field) }
-      try exit()
-      return .structure(fields)
+      return .structure(try readContents(message, type: type, contents: contents))
     case UInt8(ascii: "e"):
       // Only reached inside an array (see below); read as a two-field structure.
-      try enter()
-      var fields: [DBusValue] = []
-      while let field = try readNext(message) { fields.append(field) }
-      try exit()
-      return .structure(fields)
+      return .structure(try readContents(message, type: type, contents: contents))
     case UInt8(ascii: "a"):
-      try enter()
-      var items: [DBusValue] = []
-      while let item = try readNext(message) { items.append(item) }
-      try exit()
+      let items = try readContents(message, type: type, contents: contents)
       if contents.hasPrefix("{") && contents.hasSuffix("}") {
         let inner = contents.dropFirst().dropLast()
         let key = String(inner.prefix(1))
@@ -376,6 +375,17 @@ final class SdBus {
         sd_bus_message_skip(message, String(UnicodeScalar(UInt8(bitPattern: type)))), "skip")
       return .structure([])
     }
+  }
+
+  /// Enters the container at hand, reads its values to its end and leaves it.
+  private static func readContents(
+    _ message: OpaquePointer, type: CChar, contents: String
+  ) throws(BusError) -> [DBusValue] {
+    try check(sd_bus_message_enter_container(message, type, contents), "enter container")
+    var values: [DBusValue] = []
+    while let value = try readNext(message) { values.append(value) }
+    try check(sd_bus_message_exit_container(message), "exit container")
+    return values
   }
 }
 

@@ -137,18 +137,7 @@ extension BBSFileSystem {
       request.replyError(EPERM)
       return
     }
-    if nodes.isLocal(node.kind) {
-      // `echo hi > chat/post` truncates before writing: the streams have nothing to truncate,
-      // and a truncation may come with the time it happened. Anything else cannot be done.
-      var rest = asked.stat
-      if rest.length == 0 { (rest.length, rest.atime, rest.mtime) = (.max, .max, .max) }
-      if rest == .unchanged {
-        request.replyAttr(nodes.attributes(for: node), timeout: 0)
-      } else {
-        request.replyError(EPERM)
-      }
-      return
-    }
+    if nodes.isLocal(node.kind) { return changeLocal(request, node: node, asked) }
     guard asked.changesAnything else {
       // A chown or chgrp to the owner shown: nothing to change.
       request.replyAttr(nodes.attributes(for: node), timeout: nodes.timeout(for: node))
@@ -158,6 +147,26 @@ extension BBSFileSystem {
       request.replyError(EROFS)
       return
     }
+    changeOnServer(request, node: node, asked)
+  }
+
+  /// A file of the mount's own (chat/post, a room, the streams): `echo hi > chat/post`
+  /// truncates before writing, and the streams have nothing to truncate; a truncation may come
+  /// with the time it happened. Anything else cannot be done.
+  private func changeLocal(_ request: FuseRequest, node: InodeTable.Node, _ asked: MetadataChange) {
+    var rest = asked.stat
+    if rest.length == 0 { (rest.length, rest.atime, rest.mtime) = (.max, .max, .max) }
+    if rest == .unchanged {
+      request.replyAttr(nodes.attributes(for: node), timeout: 0)
+    } else {
+      request.replyError(EPERM)
+    }
+  }
+
+  /// Sends the change as a Twstat and answers with the file's attributes after it.
+  private func changeOnServer(
+    _ request: FuseRequest, node: InodeTable.Node, _ asked: MetadataChange
+  ) {
     answersInterrupts(request)
     remote.wstat(node.path, asked.stat) { [self] result in
       switch result {

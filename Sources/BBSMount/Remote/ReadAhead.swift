@@ -102,19 +102,7 @@ final class ReadAhead: Sendable {
       s.recentEnds.append(end)
       if s.recentEnds.count > Self.recentLimit { s.recentEnds.removeFirst() }
       s.furthest = moved ? end : max(s.furthest, end)
-      var plan = Plan.fetch
-      if let match {
-        let chunk = s.chunks.remove(at: match)
-        if let result = chunk.result {
-          // Only a whole reply stands for the server now; a short one is asked again.
-          if case .success(let pieces) = result, pieces.reduce(0, { $0 + $1.count }) == length {
-            plan = .ready(result)
-          }
-        } else {
-          s.claimed[ObjectIdentifier(chunk.group)] = completion
-          plan = .wait
-        }
-      }
+      let plan = match.map { Self.take(at: $0, from: &s, length: length, completion) } ?? .fetch
       // Nothing is worth keeping after a move; otherwise what a written file or another
       // request size made useless goes, and what the reader left far behind.
       let furthest = s.furthest
@@ -125,16 +113,7 @@ final class ReadAhead: Sendable {
       dropped = s.chunks.filter { !keep($0) }.map(\.group)
       s.chunks.removeAll { !keep($0) }
       guard inOrder, let size else { return plan }
-      // Keep the requests after the furthest read on the wire, up to the depth.
-      var ahead = s.chunks.count { $0.offset >= s.furthest }
-      var next = max(s.furthest, s.chunks.last?.end ?? 0)
-      while ahead < max(2, min(8, depth / length)), next < size {
-        let chunk = Chunk(offset: next, length: length, generation: now, group: RequestGroup())
-        s.chunks.append(chunk)
-        started.append(chunk)
-        next += UInt64(length)
-        ahead += 1
-      }
+      started = keepAhead(in: &s, length: length, generation: now, size: size)
       return plan
     }
     for group in dropped { file.cancel(group) }
@@ -144,6 +123,42 @@ final class ReadAhead: Sendable {
     case .wait: break
     case .fetch: file.read(size: length, offset: offset, group: group, completion)
     }
+  }
+
+  /// Takes the chunk read ahead at `index` for a read of `length`: its reply if whole (a
+  /// short one is asked again), else the read waits for it.
+  private static func take(
+    at index: Int, from s: inout State, length: Int, _ completion: @escaping Completion
+  ) -> Plan {
+    let chunk = s.chunks.remove(at: index)
+    guard let result = chunk.result else {
+      s.claimed[ObjectIdentifier(chunk.group)] = completion
+      return .wait
+    }
+    // Only a whole reply stands for the server now; a short one is asked again.
+    if case .success(let pieces) = result, pieces.reduce(0, { $0 + $1.count }) == length {
+      return .ready(result)
+    }
+    return .fetch
+  }
+
+  /// Keeps the requests after the furthest read on the wire, up to the depth; returns the
+  /// chunks to fetch now.
+  private func keepAhead(
+    in s: inout State, length: Int, generation: UInt64, size: UInt64
+  ) -> [Chunk] {
+    var started: [Chunk] = []
+    var ahead = s.chunks.count { $0.offset >= s.furthest }
+    var next = max(s.furthest, s.chunks.last?.end ?? 0)
+    while ahead < max(2, min(8, depth / length)), next < size {
+      let chunk = Chunk(
+        offset: next, length: length, generation: generation, group: RequestGroup())
+      s.chunks.append(chunk)
+      started.append(chunk)
+      next += UInt64(length)
+      ahead += 1
+    }
+    return started
   }
 
   /// Drops everything read ahead (the file is closed).

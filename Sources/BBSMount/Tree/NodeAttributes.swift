@@ -53,8 +53,20 @@ struct NodeAttributes: Sendable {
     attributes.st_uid = options.uid
     attributes.st_gid = options.gid
     attributes.st_blksize = 4096
-    var mtime = started
+    let modified = describe(node, in: &attributes) ?? started
+    attributes.st_mode &= ~mode_t(options.umask & 0o777)
+    // Rounded up without overflow: a server may list a length of 2⁶⁴−1 (clamped to Int.max).
+    let size = max(0, attributes.st_size)
+    attributes.st_blocks = size / 512 + (size % 512 == 0 ? 0 : 1)
+    stampTimes(of: node, in: &attributes, modified: modified)
+    return attributes
+  }
+
+  /// Sets what the node's kind decides: type and mode, link count, size. Returns when a
+  /// room's (or its transcript's) feed last changed, nil for other kinds.
+  private func describe(_ node: InodeTable.Node, in attributes: inout stat) -> Date? {
     let permissions = node.stat?.mode.permissions ?? 0o755
+    attributes.st_nlink = 1
     switch node.kind {
     case .directory:
       // A board's Tstat of a directory says 0755 without DMDIR and its listing may say less:
@@ -65,7 +77,6 @@ struct NodeAttributes: Sendable {
       attributes.st_nlink = 2 + UInt(node.subdirectories ?? 0)
     case .file:
       attributes.st_mode = S_IFREG | mode_t(permissions)
-      attributes.st_nlink = 1
       // cat and cp size their buffers by st_blksize: a megabyte per request (FUSE's largest)
       // instead of 128 KiB, so a large file moves in an eighth of the round trips.
       attributes.st_blksize = 1 << 20
@@ -73,56 +84,54 @@ struct NodeAttributes: Sendable {
       if node.unlinked { attributes.st_nlink = 0 }
     case .room:
       attributes.st_mode = S_IFREG | (options.readOnly ? 0o444 : 0o644)
-      attributes.st_nlink = 1
       if let feed = feeds.existing(node.path) {
         attributes.st_size = Int(clamping: feed.length)
-        mtime = feed.modified
+        return feed.modified
       }
     case .post:
       attributes.st_mode = S_IFREG | 0o222
-      attributes.st_nlink = 1
     case .users:
       attributes.st_mode = S_IFREG | 0o444
-      attributes.st_nlink = 1
     case .roomLogs:
       attributes.st_mode = S_IFDIR | 0o555
       attributes.st_nlink = 2
     case .roomLog:
       attributes.st_mode = S_IFREG | 0o444
-      attributes.st_nlink = 1
       if let feed = feeds.existing(RoomLogs.roomPath(of: node.path)) {
         attributes.st_size = Int(clamping: feed.extent.count)
-        mtime = feed.modified
+        return feed.modified
       }
     case .outbox, .awareness:
       // A stream's size is its reader's (RoomFollowing); `unread` is rendered at open.
       attributes.st_mode = S_IFREG | 0o444
-      attributes.st_nlink = 1
     }
-    // The server's times where it keeps them (a files area does; a board says 0).
+    return nil
+  }
+
+  /// Sets the times: the server's where it keeps them (a files area does; a board says 0),
+  /// the mount's own changes the server's entry may not show yet (LocalChange), else
+  /// `modified`.
+  private func stampTimes(of node: InodeTable.Node, in attributes: inout stat, modified: Date) {
+    var mtime = modified
     var atime: Date?
-    if let server = node.stat, server.mtime != 0, node.kind == .file || node.kind == .directory {
+    let onServer = node.kind == .file || node.kind == .directory
+    if let server = node.stat, server.mtime != 0, onServer {
       mtime = Date(timeIntervalSince1970: TimeInterval(server.mtime))
       if server.atime != 0 { atime = Date(timeIntervalSince1970: TimeInterval(server.atime)) }
     }
-    attributes.st_mode &= ~mode_t(options.umask & 0o777)
-    // Rounded up without overflow: a server may list a length of 2⁶⁴−1 (clamped to Int.max).
-    let size = max(0, attributes.st_size)
-    attributes.st_blocks = size / 512 + (size % 512 == 0 ? 0 : 1)
-    func spec(_ date: Date) -> timespec {
-      timespec(
-        tv_sec: Int(date.timeIntervalSince1970),
-        tv_nsec: Int((date.timeIntervalSince1970.truncatingRemainder(dividingBy: 1)) * 1e9))
-    }
     var ctime = mtime
-    if let local = node.local, node.kind == .file || node.kind == .directory {
-      // The mount's own changes the server's entry may not show yet (LocalChange).
+    if let local = node.local, onServer {
       mtime = Date(timeIntervalSince1970: TimeInterval(local.modified))
       ctime = Date(timeIntervalSince1970: TimeInterval(local.changed))
     }
-    attributes.st_mtim = spec(mtime)
-    attributes.st_ctim = spec(max(ctime, mtime))
-    attributes.st_atim = spec(atime ?? mtime)
-    return attributes
+    attributes.st_mtim = Self.spec(mtime)
+    attributes.st_ctim = Self.spec(max(ctime, mtime))
+    attributes.st_atim = Self.spec(atime ?? mtime)
+  }
+
+  private static func spec(_ date: Date) -> timespec {
+    timespec(
+      tv_sec: Int(date.timeIntervalSince1970),
+      tv_nsec: Int((date.timeIntervalSince1970.truncatingRemainder(dividingBy: 1)) * 1e9))
   }
 }

@@ -1,0 +1,167 @@
+// Each device a Bluetooth scan finds: whether it is a 9BBS board (9PIS advertised on our
+// adapter), connecting to it, waiting for its services to resolve, reading the five 9PIS
+// characteristics and disconnecting again, each within the read timeout.
+
+import Foundation
+import Logging
+import NinePTransport
+
+extension BlueZScan {
+  private func device(at path: String) -> BluetoothDevice? {
+    guard let properties = objects[path]?[Self.deviceInterface],
+      let address = properties["Address"]?.stringValue
+    else { return nil }
+    let type: BluetoothAddressType =
+      properties["AddressType"]?.stringValue == "public" ? .public : .random
+    let name = properties["Name"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 }
+    return BluetoothDevice(
+      address: address, addressType: type, name: name, rssi: properties["RSSI"]?.intValue)
+  }
+
+  /// Whether a device object belongs to our adapter, advertises 9PIS and is around now.
+  private func isCandidate(_ path: String) -> Bool {
+    guard path.hasPrefix(adapterPath + "/"), let properties = objects[path]?[Self.deviceInterface]
+    else { return false }
+    let uuid = NinePInformationService.serviceUUID
+    let uuids = (properties["UUIDs"]?.stringArray ?? []).map { $0.lowercased() }
+    let serviceData = (properties["ServiceData"]?.stringKeyed ?? [:]).keys.map { $0.lowercased() }
+    guard uuids.contains(uuid) || serviceData.contains(uuid) else { return false }
+    return properties["RSSI"] != nil || properties["Connected"]?.boolValue == true
+      || appeared.contains(path)
+  }
+
+  func evaluateDevices() {
+    for path in objects.keys.sorted() where work[path] == nil && isCandidate(path) {
+      guard let device = device(at: path) else { continue }
+      logger.debug("9PIS device \(device.label) at \(path)")
+      work[path] = Work(
+        device: device, stage: .done,
+        deadline: ContinuousClock.now.advanced(by: options.readTimeout))
+      emit(.seen(device))
+      if options.readsInformation { startReading(path) }
+    }
+    for (path, item) in work where item.stage == .resolving && servicesResolved(path) {
+      read(path)
+    }
+  }
+
+  private func servicesResolved(_ path: String) -> Bool {
+    objects[path]?[Self.deviceInterface]?["ServicesResolved"]?.boolValue == true
+  }
+
+  private func startReading(_ path: String) {
+    let properties = objects[path]?[Self.deviceInterface] ?? [:]
+    if properties["Connected"]?.boolValue == true {
+      work[path]?.stage = .resolving
+      if servicesResolved(path) { read(path) }
+      return
+    }
+    work[path]?.stage = .connecting
+    work[path]?.connectedByUs = true
+    bus.callAsync(
+      MethodCall(
+        destination: Self.bluez, path: path, interface: Self.deviceInterface, member: "Connect"),
+      timeout: options.readTimeout
+    ) { [self] result in
+      connectFinished(path, result)
+    }
+  }
+
+  private func connectFinished(_ path: String, _ result: Result<[DBusValue], BusError>) {
+    guard let item = work[path], item.stage == .connecting else { return }
+    switch result {
+    case .success:
+      work[path]?.stage = .resolving
+      if servicesResolved(path) { read(path) }
+    case .failure(let error)
+    where error.name == "org.bluez.Error.AlreadyConnected"
+      || error.name == "org.bluez.Error.InProgress":
+      work[path]?.stage = .resolving
+      if servicesResolved(path) { read(path) }
+    case .failure(let error):
+      work[path]?.stage = .done
+      work[path]?.connectedByUs = false
+      let reason = error.message.isEmpty ? error.name : error.message
+      emit(.unreadable(item.device, .connectFailed(device: item.device.label, reason: reason)))
+    }
+  }
+
+  func expireDeadlines(now: ContinuousClock.Instant) {
+    for (path, item) in work where item.stage != .done && item.deadline <= now {
+      let seconds = options.readTimeout.timeInterval
+      work[path]?.stage = .done
+      disconnectIfOurs(path, item)
+      let error: DiscoveryError =
+        item.stage == .connecting
+        ? .connectFailed(
+          device: item.device.label,
+          reason: "no connection within \(DiscoveryError.format(seconds)) s")
+        : .servicesNotResolved(device: item.device.label, seconds: seconds)
+      emit(.unreadable(item.device, error))
+    }
+  }
+
+  func abandonPendingWork() {
+    for (path, item) in work where item.stage != .done {
+      work[path]?.stage = .done
+      disconnectIfOurs(path, item)
+    }
+  }
+
+  private func disconnectIfOurs(_ path: String, _ item: Work) {
+    guard item.connectedByUs else { return }
+    do {
+      _ = try bus.call(
+        MethodCall(
+          destination: Self.bluez, path: path, interface: Self.deviceInterface,
+          member: "Disconnect"), timeout: Self.callTimeout)
+    } catch {
+      logger.debug("Disconnect \(path): \(error)")
+    }
+  }
+
+  /// Reads the 9PIS characteristics of a connected device whose services have resolved.
+  private func read(_ path: String) {
+    guard var item = work[path] else { return }
+    item.stage = .done
+    work[path] = item
+    defer { disconnectIfOurs(path, item) }
+    if let refreshed = device(at: path) {
+      item.device.name = refreshed.name ?? item.device.name
+      item.device.rssi = refreshed.rssi ?? item.device.rssi
+    }
+    let uuid = NinePInformationService.serviceUUID
+    let services = objects.filter { _, interfaces in
+      guard let service = interfaces[Self.serviceInterface] else { return false }
+      return service["Device"]?.stringValue == path
+        && service["UUID"]?.stringValue?.lowercased() == uuid
+    }.keys
+    guard let service = services.sorted().first else {
+      emit(.unreadable(item.device, .noInformationService(device: item.device.label)))
+      return
+    }
+    var information = NinePInformation()
+    for (characteristicPath, interfaces) in objects.sorted(by: { $0.key < $1.key }) {
+      guard let properties = interfaces[Self.characteristicInterface],
+        properties["Service"]?.stringValue == service,
+        let uuid = properties["UUID"]?.stringValue?.lowercased(),
+        let characteristic = NinePInformationService.Characteristic(rawValue: uuid)
+      else { continue }
+      do {
+        let reply = try bus.call(
+          MethodCall(
+            destination: Self.bluez, path: characteristicPath,
+            interface: Self.characteristicInterface, member: "ReadValue",
+            arguments: [.properties([:])]), timeout: Self.callTimeout)
+        let bytes = reply.first?.bytes ?? []
+        let text = String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
+        information[characteristic] = text
+      } catch {
+        logger.warning(
+          "cannot read the 9PIS \(characteristic.label) of \(item.device.label): \(error)")
+      }
+    }
+    readCount += 1
+    emit(.read(item.device, information))
+  }
+}

@@ -1,0 +1,248 @@
+// One Bluetooth scan through BlueZ's D-Bus API (see BluetoothScanner): set-up (the bus,
+// BlueZ, the adapter, the discovery filter on 9PIS), the loop that applies BlueZ's signals
+// to its objects and keeps the deadlines, and stopping. Each device's reading is in
+// BlueZScan+Devices.
+
+import Foundation
+import Logging
+import NinePTransport
+import Synchronization
+
+/// One scan's state: the bus, BlueZ's objects as last reported, and each device's progress.
+final class BlueZScan {
+  static let bluez = "org.bluez"
+  static let adapterInterface = "org.bluez.Adapter1"
+  static let deviceInterface = "org.bluez.Device1"
+  static let serviceInterface = "org.bluez.GattService1"
+  static let characteristicInterface = "org.bluez.GattCharacteristic1"
+  static let callTimeout: Duration = .seconds(5)
+
+  /// path → interface → property → value
+  typealias Objects = [String: [String: [String: DBusValue]]]
+
+  enum Stage { case connecting, resolving, done }
+
+  struct Work {
+    var device: BluetoothDevice
+    var stage: Stage
+    var deadline: ContinuousClock.Instant
+    var connectedByUs = false
+  }
+
+  let scanner: BluetoothScanner
+  let options: BluetoothScanOptions
+  let logger: Logger
+  let bus: SdBus
+  var objects: Objects = [:]
+  var adapterPath = ""
+  var adapterName = ""
+  var discovering = false
+  var appeared: Set<String> = []
+  var work: [String: Work] = [:]
+  var readCount = 0
+  var emit: (BluetoothScanEvent) -> Void = { _ in }
+
+  init(scanner: BluetoothScanner, options: BluetoothScanOptions, logger: Logger)
+    throws(DiscoveryError)
+  {
+    self.scanner = scanner
+    self.options = options
+    self.logger = logger
+    do {
+      bus = try SdBus.system()
+    } catch {
+      throw .noSystemBus(reason: error.message)
+    }
+  }
+
+  func run(_ onEvent: (BluetoothScanEvent) -> Void) throws(DiscoveryError)
+    -> BluetoothScanSummary
+  {
+    return try withoutActuallyEscaping(onEvent) { (handler) throws(DiscoveryError) in
+      emit = handler
+      defer { emit = { _ in } }
+      try prepare()
+      defer { finish() }
+      try loop()
+      return BluetoothScanSummary(adapter: adapterName, seen: work.count, read: readCount)
+    }
+  }
+
+  // MARK: Setup
+
+  private func prepare() throws(DiscoveryError) {
+    let owner: String
+    do {
+      let reply = try bus.call(
+        MethodCall(
+          destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+          interface: "org.freedesktop.DBus", member: "GetNameOwner",
+          arguments: [.string(Self.bluez)]), timeout: Self.callTimeout)
+      owner = reply.first?.stringValue ?? ""
+    } catch {
+      if error.name == "org.freedesktop.DBus.Error.NameHasNoOwner" { throw .bluezNotRunning }
+      throw .noSystemBus(reason: error.description)
+    }
+    do {
+      try bus.addMatch(
+        "type='signal',sender='\(owner)',interface='org.freedesktop.DBus.ObjectManager',path='/'")
+      try bus.addMatch(
+        "type='signal',sender='\(owner)',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path_namespace='/org/bluez'"
+      )
+    } catch {
+      throw .bluezFailed(operation: "subscribing to signals", reason: error.description)
+    }
+    let reply = try bluezCall(
+      path: "/", interface: "org.freedesktop.DBus.ObjectManager", member: "GetManagedObjects",
+      operation: "listing objects")
+    for (path, interfaces) in reply.first?.stringKeyed ?? [:] {
+      for (interface, properties) in interfaces.stringKeyed ?? [:] {
+        objects[path, default: [:]][interface] = properties.stringKeyed ?? [:]
+      }
+    }
+    try chooseAdapter()
+    logger.debug("using adapter \(adapterPath)")
+    _ = try bluezCall(
+      path: adapterPath, interface: Self.adapterInterface, member: "SetDiscoveryFilter",
+      arguments: [
+        .properties([
+          "UUIDs": .array(element: "s", [.string(NinePInformationService.serviceUUID)]),
+          "Transport": .string("le"),
+        ])
+      ], operation: "SetDiscoveryFilter")
+    do {
+      _ = try bus.call(
+        MethodCall(
+          destination: Self.bluez, path: adapterPath, interface: Self.adapterInterface,
+          member: "StartDiscovery"), timeout: Self.callTimeout)
+    } catch {
+      switch error.name {
+      case "org.bluez.Error.InProgress": break
+      case "org.bluez.Error.NotReady": throw .adapterOff(adapter: adapterName, blocked: false)
+      default: throw mapped(error, operation: "StartDiscovery")
+      }
+    }
+    discovering = true
+  }
+
+  private func chooseAdapter() throws(DiscoveryError) {
+    let adapters = objects.filter { $0.value[Self.adapterInterface] != nil }.keys.sorted()
+    guard let first = adapters.first else { throw .noAdapter }
+    func powered(_ path: String) -> Bool {
+      objects[path]?[Self.adapterInterface]?["Powered"]?.boolValue ?? false
+    }
+    guard let chosen = adapters.first(where: powered) else {
+      let state = objects[first]?[Self.adapterInterface]?["PowerState"]?.stringValue
+      throw .adapterOff(adapter: Self.name(of: first), blocked: state == "off-blocked")
+    }
+    adapterPath = chosen
+    adapterName = Self.name(of: chosen)
+  }
+
+  static func name(of path: String) -> String {
+    path.split(separator: "/").last.map(String.init) ?? path
+  }
+
+  private func bluezCall(
+    path: String, interface: String, member: String, arguments: [DBusValue] = [],
+    operation: String
+  ) throws(DiscoveryError) -> [DBusValue] {
+    do {
+      return try bus.call(
+        MethodCall(
+          destination: Self.bluez, path: path, interface: interface, member: member,
+          arguments: arguments), timeout: Self.callTimeout)
+    } catch {
+      throw mapped(error, operation: operation)
+    }
+  }
+
+  private func mapped(_ error: BusError, operation: String) -> DiscoveryError {
+    switch error.name {
+    case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner":
+      return .bluezNotRunning
+    case "org.freedesktop.DBus.Error.AccessDenied":
+      return .bluetoothAccessDenied(reason: error.message)
+    default:
+      return .bluezFailed(operation: operation, reason: error.description)
+    }
+  }
+
+  // MARK: The loop
+
+  private func loop() throws(DiscoveryError) {
+    let clock = ContinuousClock()
+    let discoveryEnd = clock.now.advanced(by: options.duration)
+    evaluateDevices()
+    while true {
+      let signals: [BusSignal]
+      do {
+        signals = try bus.process()
+      } catch {
+        throw .bluezFailed(operation: "reading the bus", reason: error.description)
+      }
+      for signal in signals { apply(signal) }
+      evaluateDevices()
+      let now = clock.now
+      if scanner.isCancelled {
+        abandonPendingWork()
+        return
+      }
+      if discovering && now >= discoveryEnd { stopDiscovery() }
+      expireDeadlines(now: now)
+      let pending = work.values.filter { $0.stage != .done }
+      if !discovering && pending.isEmpty { return }
+      var next = discovering ? discoveryEnd : now.advanced(by: .seconds(1))
+      for item in pending where item.deadline < next { next = item.deadline }
+      let slice = min(max(next - now, .milliseconds(1)), .milliseconds(100))
+      do {
+        try bus.wait(upTo: slice)
+      } catch {
+        throw .bluezFailed(operation: "waiting on the bus", reason: error.description)
+      }
+    }
+  }
+
+  private func finish() {
+    if discovering { stopDiscovery() }
+  }
+
+  private func stopDiscovery() {
+    discovering = false
+    do {
+      _ = try bus.call(
+        MethodCall(
+          destination: Self.bluez, path: adapterPath, interface: Self.adapterInterface,
+          member: "StopDiscovery"), timeout: Self.callTimeout)
+    } catch {
+      logger.debug("StopDiscovery: \(error)")
+    }
+  }
+
+  private func apply(_ signal: BusSignal) {
+    switch (signal.interface, signal.member) {
+    case ("org.freedesktop.DBus.ObjectManager", "InterfacesAdded"):
+      guard signal.body.count >= 2, let path = signal.body[0].stringValue else { return }
+      for (interface, properties) in signal.body[1].stringKeyed ?? [:] {
+        objects[path, default: [:]][interface] = properties.stringKeyed ?? [:]
+        if interface == Self.deviceInterface { appeared.insert(path) }
+      }
+    case ("org.freedesktop.DBus.ObjectManager", "InterfacesRemoved"):
+      guard signal.body.count >= 2, let path = signal.body[0].stringValue else { return }
+      for interface in signal.body[1].stringArray ?? [] { objects[path]?[interface] = nil }
+      if objects[path]?.isEmpty == true { objects[path] = nil }
+    case ("org.freedesktop.DBus.Properties", "PropertiesChanged"):
+      guard signal.body.count >= 2, let interface = signal.body[0].stringValue,
+        objects[signal.path] != nil
+      else { return }
+      for (name, value) in signal.body[1].stringKeyed ?? [:] {
+        objects[signal.path]?[interface, default: [:]][name] = value
+      }
+      for name in signal.body.count > 2 ? signal.body[2].stringArray ?? [] : [] {
+        objects[signal.path]?[interface]?[name] = nil
+      }
+    default:
+      break
+    }
+  }
+}
