@@ -161,6 +161,43 @@ final class RoomWatcherTests: XCTestCase {
       "counted when the wait ends, not later")
   }
 
+  /// A watched room's lines, as the feed delivers them: another user's count as unread, one
+  /// naming the user goes to every reader of `chat/mentions` (after its opening line), the
+  /// user's own do neither, and each is a `message` event.
+  func testLinesBecomeUnreadCountsMentionsAndEvents() throws {
+    let state = try makeTemporaryDirectory("room-watcher-state")
+    addTeardownBlock { try? FileManager.default.removeItem(atPath: state) }
+    let (awareness, _) = try awareness("alice", state: state)
+    XCTAssertTrue(unreadSettled(awareness))
+    let mentions = try XCTUnwrap(awareness.mentionStreams.subscribe())
+    let events = try XCTUnwrap(awareness.eventStreams.subscribe())
+    mentions.retain()
+    events.retain()
+    addTeardownBlock {
+      mentions.shutdown()
+      events.shutdown()
+    }
+    try post("plain words", to: "lobby")
+    try post("mine", to: "lobby", as: "alice")
+    try post("hey ALICE, look", to: "tech")
+    let text = { (feed: RoomFeed) in
+      String(decoding: feed.read(at: 0, count: 1 << 20), as: UTF8.self)
+    }
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { text(events).components(separatedBy: "\tmessage\t").count == 4 },
+      text(events))
+    XCTAssertEqual(awareness.ledger.all, ["lobby": 1, "tech": 1])
+    let mentioned = text(mentions).split(separator: "\n")
+    XCTAssertEqual(mentioned.count, 2, text(mentions))
+    XCTAssertTrue(mentioned[0].hasPrefix("- ["), "the opening line")
+    XCTAssertTrue(mentioned[0].hasSuffix("mount9bbs: mentions of alice"), String(mentioned[0]))
+    XCTAssertTrue(mentioned[1].hasPrefix("tech ["), String(mentioned[1]))
+    XCTAssertTrue(mentioned[1].hasSuffix("] bob: hey ALICE, look"), String(mentioned[1]))
+    for line in ["\tmessage\tlobby\tbob\n", "\tmessage\tlobby\talice\n", "\tmention\ttech\tbob\n"] {
+      XCTAssertTrue(text(events).contains(line), line)
+    }
+  }
+
   /// A started ``Awareness`` for `uname` keeping its state in `state`, watching every room,
   /// and the parts it runs on; shut down at teardown.
   private func awareness(_ uname: String, state: String) throws -> (Awareness, Parts) {
