@@ -17,16 +17,27 @@ final class NotifyCommandTests: XCTestCase {
   }
 
   override func tearDown() {
-    // Lets any child still waiting for `go` end.
-    _ = FileManager.default.createFile(atPath: directory + "/go", contents: nil)
+    // Lets any child still held at the gate go on.
+    let gate = open(directory + "/go", O_RDWR | O_NONBLOCK)
+    if gate >= 0 { close(gate) }
     try? FileManager.default.removeItem(atPath: directory)
   }
 
+  /// Opens the gate of ``recorder(wait:)``'s script for good (until teardown): its children
+  /// held there go on, later ones pass at once.
+  private func openGate() throws {
+    let gate = open(directory + "/go", O_RDWR | O_NONBLOCK)
+    guard gate >= 0 else { throw HarnessError("open go: \(String(cString: strerror(errno)))") }
+    addTeardownBlock { close(gate) }
+  }
+
   /// A script that appends `ROOM|AUTHOR|TEXT|$1` as one record (NUL-terminated) to
-  /// `records`, after waiting for the file `go` when `wait` is set. Returns its path.
+  /// `records`; with `wait`, first held at a gate (opening the FIFO `go` for reading, which
+  /// waits until the test opens it, ``openGate()``). Returns its path.
   private func recorder(wait: Bool = false) throws -> String {
     let path = directory + "/record.sh"
-    let gate = wait ? "while [ ! -e \"$DIR/go\" ]; do sleep 0.01; done\n" : ""
+    if wait { XCTAssertEqual(mkfifo(directory + "/go", 0o600), 0) }
+    let gate = wait ? ": < \"$DIR/go\"\n" : ""
     let script = """
       #!/bin/sh
       DIR='\(directory)'
@@ -78,7 +89,7 @@ final class NotifyCommandTests: XCTestCase {
     let command = try XCTUnwrap(NotifyCommand(command: try recorder(wait: true), logger: logger))
     let flood = NotifyCommand.maximumRunning + NotifyCommand.maximumWaiting + 20
     for index in 0..<flood { command.run(room: "lobby", author: "bob", text: "\(index)") }
-    _ = FileManager.default.createFile(atPath: directory + "/go", contents: nil)
+    try openGate()
     let kept = NotifyCommand.maximumRunning + NotifyCommand.maximumWaiting
     XCTAssertTrue(waitUntil(timeout: 30) { self.records.count >= kept })
     command.run(room: "lobby", author: "bob", text: "after")
