@@ -83,6 +83,33 @@ struct AwarenessSection: BenchSection {
     unsetenv("DBUS_SESSION_BUS_ADDRESS")
     let fs = try mounted.get()
     defer { rig.unmount(fs) }
+    let (eventLatencies, posted) = try self.eventLatencies(of: fs, uname: uname)
+    rig.report.add(
+      Row(
+        section, "post → chat/events line, p50", Stats.percentile(eventLatencies, 50), "ms",
+        "\(eventLatencies.count)/\(rig.settings.posts) lines, p99 \(format(Stats.percentile(eventLatencies, 99))) ms; target ≤ 5"
+      ))
+    guard let daemon else {
+      rig.report.add(
+        Row(
+          section, "mention → notification, p50", nil, "ms",
+          "no python-dbusmock (.venv-dbusmock or MOUNT9BBS_DBUSMOCK_PYTHON)"))
+      return
+    }
+    usleep(1_000_000)
+    let notified = try Self.notificationLatencies(logged: daemon.log, posted: posted)
+    rig.report.add(
+      Row(
+        section, "mention → notification (dbusmock), p50", Stats.percentile(notified, 50), "ms",
+        "\(notified.count)/\(rig.settings.posts) notifications, p99 \(format(Stats.percentile(notified, 99))) ms; target ≤ 20"
+      ))
+  }
+
+  /// Posts by another client, each naming `uname`, 0.4 s apart: how long (ms) each took to
+  /// reach `chat/events` of the mount `fs`, and when (Unix time) each was posted, by index.
+  private func eventLatencies(of fs: MountedFS, uname: String) throws -> (
+    latencies: [Double], posted: [Int: Double]
+  ) {
     let events = LineFollower(path: fs.mountpoint + "/chat/events") {
       $0.contains("\tmessage\tlobby\t")
     }
@@ -100,7 +127,7 @@ struct AwarenessSection: BenchSection {
       usleep(200_000)
     }
     usleep(500_000)
-    var eventLatencies: [Double] = []
+    var latencies: [Double] = []
     var posted: [Int: Double] = [:]
     for index in 0..<rig.settings.posts {
       let before = events.count
@@ -108,25 +135,20 @@ struct AwarenessSection: BenchSection {
       posted[index] = Date().timeIntervalSince1970
       try poster.post(fid, "lobby:\(uname) lat \(index)")
       if let at = events.waitBeyond(before, seconds: 5) {
-        eventLatencies.append(Double(at - start) / 1e6)
+        latencies.append(Double(at - start) / 1e6)
       }
       usleep(400_000)
     }
-    rig.report.add(
-      Row(
-        section, "post → chat/events line, p50", Stats.percentile(eventLatencies, 50), "ms",
-        "\(eventLatencies.count)/\(rig.settings.posts) lines, p99 \(format(Stats.percentile(eventLatencies, 99))) ms; target ≤ 5"
-      ))
-    guard let daemon else {
-      rig.report.add(
-        Row(
-          section, "mention → notification, p50", nil, "ms",
-          "no python-dbusmock (.venv-dbusmock or MOUNT9BBS_DBUSMOCK_PYTHON)"))
-      return
-    }
-    usleep(1_000_000)
+    return (latencies, posted)
+  }
+
+  /// How long (ms) after each post the mock notification service logged its Notify call,
+  /// from the service's log; `posted` is when each was posted, by index.
+  private static func notificationLatencies(logged log: String, posted: [Int: Double]) throws
+    -> [Double]
+  {
     var notified: [Double] = []
-    let log = (try? String(contentsOfFile: daemon.log, encoding: .utf8)) ?? ""
+    let log = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
     let pattern = try NSRegularExpression(pattern: #"^(\d+\.\d+) Notify .* lat (\d+)"#)
     var seen = Set<Int>()
     for line in log.split(separator: "\n").map(String.init) {
@@ -138,11 +160,7 @@ struct AwarenessSection: BenchSection {
       else { continue }
       notified.append((time - sent) * 1000)
     }
-    rig.report.add(
-      Row(
-        section, "mention → notification (dbusmock), p50", Stats.percentile(notified, 50), "ms",
-        "\(notified.count)/\(rig.settings.posts) notifications, p99 \(format(Stats.percentile(notified, 99))) ms; target ≤ 20"
-      ))
+    return notified
   }
 
   /// Unread counts kept with the history: lines said while the mount was away show in
@@ -290,12 +308,14 @@ struct AwarenessSection: BenchSection {
 }
 
 /// Reads a stream file on its own thread and notes when each line matching `counts` arrived.
+///
+/// `@unchecked Sendable`: what the reading thread and the waiters share (`arrivals`,
+/// `stopped`) is touched only under `condition`, which waiters need.
 private final class LineFollower: @unchecked Sendable {
   private let path: String
   private let counts: @Sendable (String) -> Bool
-  private let lock = NSLock()
+  private let condition = NSCondition()
   private var arrivals: [Int64] = []
-  private var descriptor: Int32 = -1
   private var stopped = false
 
   init(path: String, counts: @escaping @Sendable (String) -> Bool) {
@@ -303,14 +323,14 @@ private final class LineFollower: @unchecked Sendable {
     self.counts = counts
   }
 
-  var count: Int { lock.withLock { arrivals.count } }
+  var count: Int { condition.withLock { arrivals.count } }
 
   func start() {
     Thread { [self] in run() }.start()
   }
 
   func stop() {
-    lock.withLock { stopped = true }
+    condition.withLock { stopped = true }
     // The reader is blocked in read(): closing its descriptor there would race; unmounting
     // ends the read. Nothing else to do.
   }
@@ -319,11 +339,10 @@ private final class LineFollower: @unchecked Sendable {
   /// `seconds`.
   func waitBeyond(_ count: Int, seconds: Double) -> Int64? {
     let deadline = Date(timeIntervalSinceNow: seconds)
-    while Date() < deadline {
-      if let at = lock.withLock({ arrivals.count > count ? arrivals[count] : nil }) { return at }
-      usleep(500)
-    }
-    return nil
+    condition.lock()
+    defer { condition.unlock() }
+    while arrivals.count <= count { if !condition.wait(until: deadline) { break } }
+    return arrivals.count > count ? arrivals[count] : nil
   }
 
   private func run() {
@@ -332,7 +351,7 @@ private final class LineFollower: @unchecked Sendable {
     defer { close(fd) }
     var pending: [UInt8] = []
     var buffer = [UInt8](repeating: 0, count: 65536)
-    while !lock.withLock({ stopped }) {
+    while !condition.withLock({ stopped }) {
       let got = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
       let now = Clock.now
       guard got > 0 else { return }
@@ -340,7 +359,12 @@ private final class LineFollower: @unchecked Sendable {
       while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
         let line = String(decoding: pending[..<newline], as: UTF8.self)
         pending.removeSubrange(...newline)
-        if counts(line) { lock.withLock { arrivals.append(now) } }
+        if counts(line) {
+          condition.withLock {
+            arrivals.append(now)
+            condition.broadcast()
+          }
+        }
       }
     }
   }

@@ -42,7 +42,7 @@ func blocking<T: Sendable>(
 ///
 /// `@unchecked Sendable`: `value` is read and written only under `condition`, which a waiter
 /// needs (Mutex cannot wait).
-final class Box<T>: @unchecked Sendable {
+final class Box<T: Sendable>: @unchecked Sendable {
   private let condition = NSCondition()
   private var value: T?
 

@@ -11,9 +11,10 @@ import Foundation
 import Logging
 import NinePClient
 import NinePProtocol
+import Synchronization
 
 /// The mount's watching, unread counts, mentions, notifications and events.
-final class Awareness: RoomFeedObserver, @unchecked Sendable {
+final class Awareness: RoomFeedObserver, Sendable {
   let options: AwarenessOptions
   let ledger: UnreadLedger
   let events: EventLog
@@ -28,28 +29,27 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
   private let desktop: DesktopNotifier?
   private let command: NotifyCommand?
   private let logger: Logger
-  private let lock = NSLock()
-  /// The start of a line each feed has not finished yet.
-  private var partial: [ObjectIdentifier: [UInt8]] = [:]
-  /// Feeds in the middle of a line that was cut: its rest is not another line.
-  private var cut: Set<ObjectIdentifier> = []
+  private let feedLines = Mutex(FeedLines(longestLine: Awareness.longestLine))
   /// A line longer than this is cut (a hostile server's endless line).
   static let longestLine = 64 << 10
+
+  /// Reads a server file once (the users list).
+  typealias ReadOnce =
+    @Sendable ([String], @escaping @Sendable (Result<[UInt8], NinePError>) -> Void) -> Void
+  /// Stats a server file.
+  typealias StatFile =
+    @Sendable ([String], @escaping @Sendable (Result<Stat, NinePError>) -> Void) -> Void
 
   /// - Parameters:
   ///   - names: the user's names (user name, nickname, identity and its short form).
   ///   - stateDirectory: where unread counts and learned names are kept between mounts (nil:
   ///     not kept).
-  /// - Parameter readOnce: reads a server file once (the users list).
+  ///   - readOnce: reads a server file once (the users list).
+  ///   - stat: stats a server file (is the chat directory a 9BBS board's?).
   init(
     options: AwarenessOptions, pool: Pool, feeds: RoomFeeds, listings: ListingCache,
-    names: [String], stateDirectory: String?, logger: Logger,
-    readOnce:
-      @escaping @Sendable (
-        [String], @escaping @Sendable (Result<[UInt8], NinePError>) -> Void
-      ) -> Void,
-    stat:
-      @escaping @Sendable ([String], @escaping @Sendable (Result<Stat, NinePError>) -> Void) -> Void
+    names: [String], stateDirectory: String?, logger: Logger, readOnce: @escaping ReadOnce,
+    stat: @escaping StatFile
   ) {
     self.options = options
     self.feeds = feeds
@@ -59,15 +59,46 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
     let ownNames = OwnNames(
       names: names, highlights: options.highlights, directory: stateDirectory, logger: logger)
     self.ownNames = ownNames
-    mentionStreams = StreamFanOut(name: "mentions", pool: pool, logger: logger) {
-      // Each open of chat/mentions starts with what it looks for, as a line of room "-".
+    mentionStreams = Self.mentionStream(naming: ownNames, sessions: pool, logger: logger)
+    let eventStreams = Self.eventStream(of: pool, logger: logger)
+    self.eventStreams = eventStreams
+    let events = EventLog(streams: eventStreams)
+    self.events = events
+    desktop = options.notify == .off ? nil : DesktopNotifier(logger: logger)
+    command = options.notifyCommand.flatMap { NotifyCommand(command: $0, logger: logger) }
+    let watcher = Self.watcher(
+      options: options, pool: pool, feeds: feeds, listings: listings, stat: stat,
+      logger: logger
+    ) { added, removed in
+      Self.report(added, removed, to: events)
+      for room in removed { ledger.forget(room) }
+    }
+    self.watcher = watcher
+    presence =
+      pool.configuration.profile == .device
+      ? nil
+      : UserPresence(events: events, interval: .seconds(10)) { done in
+        // Not watching, the watcher has not looked for the chat directory: the usual one.
+        readOnce((watcher.chatDirectoryFound ?? ["chat"]) + ["users"], done)
+      }
+    feeds.observe(with: self)
+    Self.recordLinkChanges(of: pool, to: events)
+  }
+
+  /// `chat/mentions`: each open starts with what it looks for, as a line of room "-".
+  private static func mentionStream(
+    naming ownNames: OwnNames, sessions: any StreamSessions, logger: Logger
+  ) -> StreamFanOut {
+    StreamFanOut(name: "mentions", sessions: sessions, logger: logger) {
       let time = EventLog.timestamp(Date()).dropFirst(11).prefix(8)
       let words = ownNames.words.map(EventLog.escaped).joined(separator: ", ")
       return Array("- [\(time)] mount9bbs: mentions of \(words)\n".utf8)
     }
-    eventStreams = StreamFanOut(name: "events", pool: pool, logger: logger) {
-      [weak pool] in
-      // Each open of chat/events starts with the link's state then.
+  }
+
+  /// `chat/events`: each open starts with the link's state then.
+  private static func eventStream(of pool: Pool, logger: Logger) -> StreamFanOut {
+    StreamFanOut(name: "events", sessions: pool, logger: logger) { [weak pool] in
       let event: AwarenessEvent =
         switch pool?.linkState ?? .closed {
         case .up: .link(state: "up", reason: "-")
@@ -76,12 +107,16 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
         }
       return Array(EventLog.line(event, at: Date()).utf8)
     }
-    let events = EventLog(streams: eventStreams)
-    self.events = events
-    desktop = options.notify == .off ? nil : DesktopNotifier(logger: logger)
-    command = options.notifyCommand.flatMap { NotifyCommand(command: $0, logger: logger) }
+  }
+
+  /// The watcher of the rooms `options` names, or of the profile's default ones.
+  private static func watcher(
+    options: AwarenessOptions, pool: Pool, feeds: RoomFeeds, listings: ListingCache,
+    stat: @escaping StatFile, logger: Logger,
+    changed: @escaping @Sendable ([String], [String]) -> Void
+  ) -> RoomWatcher {
     let device = pool.configuration.profile == .device
-    watcher = RoomWatcher(
+    return RoomWatcher(
       feeds: feeds, listings: listings,
       watch: options.watch ?? (device ? AwarenessOptions.Watch.none : nil),
       decideWatch: { directory, decided in
@@ -99,21 +134,11 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
           }
         }
       },
-      interval: pool.configuration.profile == .device ? .seconds(60) : .seconds(10),
-      logger: logger
-    ) { [ledger] added, removed in
-      Self.report(added, removed, to: events)
-      for room in removed { ledger.forget(room) }
-    }
-    let watcher = watcher
-    presence =
-      pool.configuration.profile == .device
-      ? nil
-      : UserPresence(events: events, interval: .seconds(10)) { done in
-        // Not watching, the watcher has not looked for the chat directory: the usual one.
-        readOnce((watcher.chatDirectoryFound ?? ["chat"]) + ["users"], done)
-      }
-    feeds.observe(with: self)
+      interval: device ? .seconds(60) : .seconds(10), logger: logger, changed: changed)
+  }
+
+  /// `link` events as the pool's link goes down, reconnects and comes back.
+  private static func recordLinkChanges(of pool: Pool, to events: EventLog) {
     let reconnects = pool.policy.enabled
     pool.observe { state in
       switch state {
@@ -192,32 +217,7 @@ final class Awareness: RoomFeedObserver, @unchecked Sendable {
   }
 
   func feed(_ feed: RoomFeed, received data: [UInt8]) {
-    let key = ObjectIdentifier(feed)
-    let lines: [ArraySlice<UInt8>] = lock.withLock {
-      var buffer = partial.removeValue(forKey: key) ?? []
-      var data = data[...]
-      if cut.contains(key) {
-        // The rest of a line already counted (cut at ``longestLine``): one line, one record.
-        guard let newline = data.firstIndex(of: UInt8(ascii: "\n")) else { return [] }
-        cut.remove(key)
-        data = data[(newline + 1)...]
-      }
-      buffer.append(contentsOf: data)
-      var lines: [ArraySlice<UInt8>] = []
-      var start = buffer.startIndex
-      while let newline = buffer[start...].firstIndex(of: UInt8(ascii: "\n")) {
-        lines.append(buffer[start..<newline])
-        start = newline + 1
-      }
-      var rest = Array(buffer[start...])
-      if rest.count > Self.longestLine {
-        lines.append(rest[...])
-        rest = []
-        cut.insert(key)
-      }
-      if !rest.isEmpty { partial[key] = rest }
-      return lines
-    }
+    let lines = feedLines.withLock { $0.lines(in: data, from: ObjectIdentifier(feed)) }
     var unread = 0
     for bytes in lines {
       let line = String(decoding: bytes.prefix(Self.longestLine), as: UTF8.self)

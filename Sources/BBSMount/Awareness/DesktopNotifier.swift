@@ -2,6 +2,7 @@ import CSdBus
 import Foundation
 import Glibc
 import Logging
+import Synchronization
 
 /// `-o notify=`: desktop notifications through org.freedesktop.Notifications on the user's
 /// session bus.
@@ -11,25 +12,28 @@ import Logging
 /// rest of the window's mentions become one "N more in ROOM…" notification when it ends.
 /// Without a session bus (a mount started from a service, over ssh) one line is logged and
 /// notifications stay off; nothing else fails.
-final class DesktopNotifier: @unchecked Sendable {
+final class DesktopNotifier: Sendable {
+  /// The bus and the burst, taken on `queue` only (so never waited for).
+  private struct Delivery {
+    var bus: OpaquePointer?
+    /// No bus (or it failed): not tried again before this.
+    var retryAt: ContinuousClock.Instant?
+    /// Said once per outage, in the log.
+    var toldUnavailable = false
+    var sentInWindow = 0
+    var windowStart = ContinuousClock.now
+    var held: [(room: String, author: String)] = []
+    var flushScheduled = false
+  }
+
   private let logger: Logger
   private let queue = DispatchQueue(label: "mount9bbs.notify")
-  /// Touched on `queue` only.
-  private var bus: OpaquePointer?
-  /// No bus (or it failed): not tried again before this.
-  private var retryAt: ContinuousClock.Instant?
-  /// Said once per outage, in the log.
-  private var toldUnavailable = false
+  private let delivery = Mutex(Delivery())
   /// Notifications handed to `queue` and not yet done: a stuck notification service must not
   /// let them pile up.
-  private let pending = NSLock()
-  private var pendingCount = 0
+  private let pending = Mutex(0)
   static let maximumPending = 256
   static let retryAfter: Duration = .seconds(30)
-  private var sentInWindow = 0
-  private var windowStart = ContinuousClock.now
-  private var held: [(room: String, author: String)] = []
-  private var flushScheduled = false
   static let burstLimit = 3
   static let burstWindow: Duration = .seconds(1)
   /// The longest body sent: a notification shows a few lines at most.
@@ -40,52 +44,58 @@ final class DesktopNotifier: @unchecked Sendable {
   }
 
   deinit {
-    if let bus { sd_bus_flush_close_unref(bus) }
+    delivery.withLock { if let bus = $0.bus { sd_bus_flush_close_unref(bus) } }
   }
 
   /// Shows a notification for a line of `room` by `author`.
   func notify(room: String, author: String, text: String) {
-    let accepted = pending.withLock {
-      guard pendingCount < Self.maximumPending else { return false }
-      pendingCount += 1
+    let accepted = pending.withLock { count in
+      guard count < Self.maximumPending else { return false }
+      count += 1
       return true
     }
     guard accepted else { return }
     queue.async { [self] in
-      defer { pending.withLock { pendingCount -= 1 } }
-      let now = ContinuousClock.now
-      if windowStart.duration(to: now) >= Self.burstWindow {
-        windowStart = now
-        sentInWindow = 0
+      defer { pending.withLock { $0 -= 1 } }
+      delivery.withLock { d in
+        let now = ContinuousClock.now
+        if d.windowStart.duration(to: now) >= Self.burstWindow {
+          d.windowStart = now
+          d.sentInWindow = 0
+        }
+        guard d.sentInWindow < Self.burstLimit else {
+          d.held.append((room, author))
+          if d.held.count > 10_000 { d.held.removeFirst(d.held.count - 10_000) }
+          scheduleFlush(&d)
+          return
+        }
+        d.sentInWindow += 1
+        send(
+          summary: "\(Self.visible(author)) in \(Self.visible(room))", body: Self.visible(text),
+          &d)
       }
-      guard sentInWindow < Self.burstLimit else {
-        held.append((room, author))
-        if held.count > 10_000 { held.removeFirst(held.count - 10_000) }
-        scheduleFlush()
-        return
-      }
-      sentInWindow += 1
-      send(summary: "\(Self.visible(author)) in \(Self.visible(room))", body: Self.visible(text))
     }
   }
 
   /// One notification for the mentions a burst held back.
-  private func scheduleFlush() {
-    guard !flushScheduled else { return }
-    flushScheduled = true
-    let wait = Self.burstWindow - windowStart.duration(to: .now)
+  private func scheduleFlush(_ d: inout Delivery) {
+    guard !d.flushScheduled else { return }
+    d.flushScheduled = true
+    let wait = Self.burstWindow - d.windowStart.duration(to: .now)
     queue.asyncAfter(deadline: .now() + max(wait, .milliseconds(10)).timeInterval) { [self] in
-      flushScheduled = false
-      guard !held.isEmpty else { return }
-      let rooms = Array(Set(held.map(\.room))).sorted()
-      let authors = Array(Set(held.map(\.author))).sorted()
-      let summary =
-        "\(held.count) more in \(rooms.prefix(3).map(Self.visible).joined(separator: ", "))"
-      let body = "from " + authors.prefix(5).map(Self.visible).joined(separator: ", ")
-      held.removeAll()
-      windowStart = .now
-      sentInWindow = 1
-      send(summary: summary, body: body)
+      delivery.withLock { d in
+        d.flushScheduled = false
+        guard !d.held.isEmpty else { return }
+        let rooms = Array(Set(d.held.map(\.room))).sorted()
+        let authors = Array(Set(d.held.map(\.author))).sorted()
+        let summary =
+          "\(d.held.count) more in \(rooms.prefix(3).map(Self.visible).joined(separator: ", "))"
+        let body = "from " + authors.prefix(5).map(Self.visible).joined(separator: ", ")
+        d.held.removeAll()
+        d.windowStart = .now
+        d.sentInWindow = 1
+        send(summary: summary, body: body, &d)
+      }
     }
   }
 
@@ -105,13 +115,13 @@ final class DesktopNotifier: @unchecked Sendable {
   }
 
   /// On `queue`.
-  private func send(summary: String, body: String) {
-    guard let bus = connected() else { return }
+  private func send(summary: String, body: String, _ d: inout Delivery) {
+    guard let bus = connected(&d) else { return }
     var message: OpaquePointer?
     var rc = sd_bus_message_new_method_call(
       bus, &message, "org.freedesktop.Notifications", "/org/freedesktop/Notifications",
       "org.freedesktop.Notifications", "Notify")
-    guard rc >= 0, let message else { return failed(rc, "Notify") }
+    guard rc >= 0, let message else { return failed(rc, "Notify", &d) }
     defer { sd_bus_message_unref(message) }
     func text(_ string: String) -> Int32 {
       string.withCString { sd_bus_message_append_basic(message, CChar(UInt8(ascii: "s")), $0) }
@@ -130,42 +140,42 @@ final class DesktopNotifier: @unchecked Sendable {
     if rc >= 0 { rc = sd_bus_message_open_container(message, CChar(UInt8(ascii: "a")), "{sv}") }
     if rc >= 0 { rc = sd_bus_message_close_container(message) }
     if rc >= 0 { rc = sd_bus_message_append_basic(message, CChar(UInt8(ascii: "i")), &timeout) }
-    guard rc >= 0 else { return failed(rc, "Notify") }
+    guard rc >= 0 else { return failed(rc, "Notify", &d) }
     // No reply awaited: the feed's thread never waits for the desktop.
     rc = sd_bus_send(bus, message, nil)
-    guard rc >= 0 else { return failed(rc, "Notify") }
+    guard rc >= 0 else { return failed(rc, "Notify", &d) }
     _ = sd_bus_flush(bus)
     // Replies (the notification ids) are read and dropped so they do not pile up.
     while sd_bus_process(bus, nil) > 0 {}
-    toldUnavailable = false
+    d.toldUnavailable = false
   }
 
-  private func connected() -> OpaquePointer? {
-    if let bus { return bus }
-    if let retryAt, ContinuousClock.now < retryAt { return nil }
+  private func connected(_ d: inout Delivery) -> OpaquePointer? {
+    if let bus = d.bus { return bus }
+    if let retryAt = d.retryAt, ContinuousClock.now < retryAt { return nil }
     var opened: OpaquePointer?
     let rc = sd_bus_open_user(&opened)
     guard rc >= 0, let opened else {
-      unavailable("no session bus (\(String(cString: strerror(-rc))))")
+      unavailable("no session bus (\(String(cString: strerror(-rc))))", &d)
       return nil
     }
-    bus = opened
+    d.bus = opened
     return opened
   }
 
-  private func failed(_ rc: Int32, _ what: String) {
-    if let bus {
+  private func failed(_ rc: Int32, _ what: String, _ d: inout Delivery) {
+    if let bus = d.bus {
       sd_bus_close_unref(bus)
-      self.bus = nil
+      d.bus = nil
     }
-    unavailable("\(what) on the session bus failed (\(String(cString: strerror(-rc))))")
+    unavailable("\(what) on the session bus failed (\(String(cString: strerror(-rc))))", &d)
   }
 
   /// Notifications stop for ``retryAfter``; the first time, the log says so.
-  private func unavailable(_ reason: String) {
-    retryAt = .now + Self.retryAfter
-    guard !toldUnavailable else { return }
-    toldUnavailable = true
+  private func unavailable(_ reason: String, _ d: inout Delivery) {
+    d.retryAt = .now + Self.retryAfter
+    guard !d.toldUnavailable else { return }
+    d.toldUnavailable = true
     logger.notice("notify: \(reason); desktop notifications off for now")
   }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Logging
+import Synchronization
 
 /// `-o notify-command=CMD`: runs CMD once per mention with `ROOM`, `AUTHOR` and `TEXT` in its
 /// environment.
@@ -9,13 +10,19 @@ import Logging
 /// shell ever sees the message, so nothing in it (`$(…)`, quotes, newlines) can run. At most
 /// ``maximumRunning`` run at once and ``maximumWaiting`` wait; a flood beyond that is
 /// dropped (logged once per burst). Every child is waited for, so none is left a zombie.
-final class NotifyCommand: @unchecked Sendable {
+final class NotifyCommand: Sendable {
+  private struct State {
+    /// Children started and not yet ended.
+    var running = 0
+    /// Each waiting mention's variables, oldest first.
+    var waiting: [[String: String]] = []
+    /// Mentions dropped since the log last said so.
+    var dropped = 0
+  }
+
   let arguments: [String]
   private let logger: Logger
-  private let lock = NSLock()
-  private var running = 0
-  private var waiting: [[String: String]] = []
-  private var dropped = 0
+  private let state = Mutex(State())
   static let maximumRunning = 4
   static let maximumWaiting = 64
   /// The longest TEXT passed: Linux refuses an environment string over 128 KiB.
@@ -36,15 +43,15 @@ final class NotifyCommand: @unchecked Sendable {
       "TEXT": String(
         decoding: Array(Self.clean(text).utf8.prefix(Self.longestText)), as: UTF8.self),
     ]
-    let start: Bool = lock.withLock {
-      if running < Self.maximumRunning {
-        running += 1
+    let start: Bool = state.withLock { state in
+      if state.running < Self.maximumRunning {
+        state.running += 1
         return true
       }
-      if waiting.count < Self.maximumWaiting {
-        waiting.append(variables)
+      if state.waiting.count < Self.maximumWaiting {
+        state.waiting.append(variables)
       } else {
-        dropped += 1
+        state.dropped += 1
       }
       return false
     }
@@ -104,14 +111,14 @@ final class NotifyCommand: @unchecked Sendable {
 
   /// A child ended (or never started): start the next waiting one.
   private func finished() {
-    let (next, lost): ([String: String]?, Int) = lock.withLock {
-      let lost = dropped
-      dropped = 0
-      if waiting.isEmpty {
-        running -= 1
+    let (next, lost): ([String: String]?, Int) = state.withLock { state in
+      let lost = state.dropped
+      state.dropped = 0
+      if state.waiting.isEmpty {
+        state.running -= 1
         return (nil, lost)
       }
-      return (waiting.removeFirst(), lost)
+      return (state.waiting.removeFirst(), lost)
     }
     if lost > 0 { logger.warning("notify-command: \(lost) mention(s) dropped (too many at once)") }
     if let next { spawn(next) }

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 
 /// Reads the watched rooms in the background (`-o watch=`), so unread counts, mentions and
 /// events exist without a reader open.
@@ -8,28 +9,32 @@ import Logging
 /// room), parked on the server while the room is quiet, so an idle watched room costs no
 /// requests on a server that parks reads. The chat listing is read again every
 /// ``interval`` to see rooms come and go (one Twalk, Topen, Tread(s), Tclunk).
-final class RoomWatcher: @unchecked Sendable {
+final class RoomWatcher: Sendable {
+  private struct State {
+    /// Nil until decided (see ``decideWatch``).
+    var watch: AwarenessOptions.Watch?
+    /// The chat directory, once found.
+    var chatDirectory: [String]?
+    var rooms: Set<String>?
+    var held: [String: RoomFeed] = [:]
+    var stopped = false
+    /// Set once the first listing was taken (or none will be): what is watched is known.
+    var settled = false
+    var settledWaiters: [@Sendable () -> Void] = []
+    /// The board answers caught-up reads at once (Gen-1): watching would poll every room
+    /// about three times a second, so it is given up (rooms still count while someone has
+    /// them open).
+    var pollingBoard = false
+  }
+
   private let feeds: RoomFeeds
   private let listings: ListingCache
-  /// Nil until decided (see ``decideWatch``).
-  private var watch: AwarenessOptions.Watch?
   /// Decides what to watch when the user did not say, once the chat directory is found.
   private let decideWatch:
     (@Sendable ([String], @escaping @Sendable (AwarenessOptions.Watch) -> Void) -> Void)?
   private let interval: Duration
   private let logger: Logger
-  private let lock = NSLock()
-  /// The chat directory, once found.
-  private var chatDirectory: [String]?
-  private var rooms: Set<String>?
-  private var held: [String: RoomFeed] = [:]
-  private var stopped = false
-  /// Set once the first listing was taken (or none will be): what is watched is known.
-  private var settled = false
-  private var settledWaiters: [@Sendable () -> Void] = []
-  /// The board answers caught-up reads at once (Gen-1): watching would poll every room about
-  /// three times a second, so it is given up (rooms still count while someone has them open).
-  private var pollingBoard = false
+  private let state: Mutex<State>
   private let changed: @Sendable (_ added: [String], _ removed: [String]) -> Void
   /// Names in `chat/` that are not rooms.
   static let notRooms = Set(["post", "users"]).union(AwarenessFile.allNames)
@@ -47,7 +52,7 @@ final class RoomWatcher: @unchecked Sendable {
   ) {
     self.feeds = feeds
     self.listings = listings
-    self.watch = watch
+    state = Mutex(State(watch: watch))
     self.decideWatch = decideWatch
     self.interval = interval
     self.logger = logger
@@ -55,24 +60,24 @@ final class RoomWatcher: @unchecked Sendable {
   }
 
   /// The rooms the last listing had (empty before the first).
-  var knownRooms: Set<String> { lock.withLock { rooms ?? [] } }
+  var knownRooms: Set<String> { state.withLock { $0.rooms ?? [] } }
 
   /// The chat directory, once the first listing found it.
-  var chatDirectoryFound: [String]? { lock.withLock { chatDirectory } }
+  var chatDirectoryFound: [String]? { state.withLock { $0.chatDirectory } }
 
   /// The rooms being watched.
-  var watchedRooms: Set<String> { lock.withLock { Set(held.keys) } }
+  var watchedRooms: Set<String> { state.withLock { Set($0.held.keys) } }
 
   /// The feeds of the rooms being watched.
-  var watchedFeeds: [RoomFeed] { lock.withLock { Array(held.values) } }
+  var watchedFeeds: [RoomFeed] { state.withLock { Array($0.held.values) } }
 
   /// Calls `callback` once what is watched is known (the first listing was taken, or none
   /// will be), at once if it is; or after `limit`, whichever comes first.
   func whenSettled(within limit: Duration, _ callback: @escaping @Sendable () -> Void) {
     let once = FirstAnswer<Void> { _ in callback() }
-    let waiting = lock.withLock {
-      if !settled { settledWaiters.append { once(()) } }
-      return !settled
+    let waiting = state.withLock { state in
+      if !state.settled { state.settledWaiters.append { once(()) } }
+      return !state.settled
     }
     guard waiting else { return once(()) }
     DispatchQueue.global().asyncAfter(deadline: .now() + limit.timeInterval) { once(()) }
@@ -80,10 +85,10 @@ final class RoomWatcher: @unchecked Sendable {
 
   /// Marks what is watched as known and wakes those waiting for it.
   private func settle() {
-    let waiters = lock.withLock {
-      settled = true
-      defer { settledWaiters.removeAll() }
-      return settledWaiters
+    let waiters = state.withLock { state in
+      state.settled = true
+      defer { state.settledWaiters.removeAll() }
+      return state.settledWaiters
     }
     for waiter in waiters { waiter() }
   }
@@ -92,15 +97,15 @@ final class RoomWatcher: @unchecked Sendable {
   /// no listing holds up a board's one-request-at-a-time session, and rooms coming and going
   /// are not reported.
   func start() {
-    if lock.withLock({ watch == AwarenessOptions.Watch.none }) { return settle() }
+    if state.withLock({ $0.watch == AwarenessOptions.Watch.none }) { return settle() }
     find(among: [["chat"], ["srv", "bbs", "chat"]])
   }
 
   func stop() {
-    let feeds = lock.withLock {
-      stopped = true
-      defer { held.removeAll() }
-      return Array(held.values)
+    let feeds = state.withLock { state in
+      state.stopped = true
+      defer { state.held.removeAll() }
+      return Array(state.held.values)
     }
     for feed in feeds { feed.release() }
   }
@@ -114,20 +119,20 @@ final class RoomWatcher: @unchecked Sendable {
       guard case .success(let listing) = listed else {
         return find(among: Array(candidates.dropFirst()))
       }
-      let undecided = lock.withLock {
-        chatDirectory = candidate
-        return watch == nil
+      let undecided = state.withLock { state in
+        state.chatDirectory = candidate
+        return state.watch == nil
       }
       guard undecided, let decideWatch else { return update(listing.stats.map(\.name)) }
       decideWatch(candidate) { [self] decided in
-        lock.withLock { watch = decided }
+        state.withLock { $0.watch = decided }
         update(listing.stats.map(\.name))
       }
     }
   }
 
   private func poll() {
-    guard let directory = lock.withLock({ stopped ? nil : chatDirectory }) else { return }
+    guard let directory = state.withLock({ $0.stopped ? nil : $0.chatDirectory }) else { return }
     if givesUpOnAPollingBoard() { return }
     listings.listing(directory, maxAge: .zero, complete: true) { [self] listed in
       if case .success(let listing) = listed {
@@ -148,19 +153,21 @@ final class RoomWatcher: @unchecked Sendable {
     let now = Set(names).subtracting(Self.notRooms)
     var start: [(String, RoomFeed)] = []
     var stop: [RoomFeed] = []
-    let (added, removed): ([String], [String]) = lock.withLock {
-      guard !stopped, let directory = chatDirectory else { return ([], []) }
-      let before = rooms
-      rooms = now
+    let (added, removed): ([String], [String]) = state.withLock { state in
+      guard !state.stopped, let directory = state.chatDirectory else { return ([], []) }
+      let before = state.rooms
+      state.rooms = now
       for name in now.sorted()
-      where watch?.includes(name) == true && held[name] == nil && !pollingBoard {
-        guard held.count < Self.maximumWatched else { break }
+      where state.watch?.includes(name) == true && state.held[name] == nil
+        && !state.pollingBoard
+      {
+        guard state.held.count < Self.maximumWatched else { break }
         let feed = feeds.feed(for: directory + [name], room: name)
-        held[name] = feed
+        state.held[name] = feed
         start.append((name, feed))
       }
-      for (name, feed) in held where !now.contains(name) {
-        held[name] = nil
+      for (name, feed) in state.held where !now.contains(name) {
+        state.held[name] = nil
         stop.append(feed)
       }
       guard let before else { return ([], []) }
@@ -185,12 +192,12 @@ final class RoomWatcher: @unchecked Sendable {
   /// Stops watching if a watched room's feed found the board answering reads at once.
   /// Returns whether watching is off for that reason.
   private func givesUpOnAPollingBoard() -> Bool {
-    let released: [RoomFeed]? = lock.withLock {
-      guard !pollingBoard else { return [] }
-      guard held.values.contains(where: \.answersAtOnce) else { return nil }
-      pollingBoard = true
-      defer { held.removeAll() }
-      return Array(held.values)
+    let released: [RoomFeed]? = state.withLock { state in
+      guard !state.pollingBoard else { return [] }
+      guard state.held.values.contains(where: \.answersAtOnce) else { return nil }
+      state.pollingBoard = true
+      defer { state.held.removeAll() }
+      return Array(state.held.values)
     }
     guard let released else { return false }
     if !released.isEmpty {

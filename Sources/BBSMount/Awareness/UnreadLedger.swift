@@ -1,18 +1,24 @@
 import Foundation
 import Logging
+import Synchronization
 
 /// `chat/unread`: how many lines each room received since it was last read to its end through
 /// this mount. Kept on disk with the rooms' history (`history=on`), so a remount starts with
 /// the counts the last mount left.
-final class UnreadLedger: @unchecked Sendable {
-  private let lock = NSLock()
-  private var counts: [String: Int] = [:]
+final class UnreadLedger: Sendable {
+  private struct State {
+    var counts: [String: Int] = [:]
+    var writeScheduled = false
+  }
+
+  private let state: Mutex<State>
   private let path: String?
   private let logger: Logger
-  private var writeScheduled = false
   private static let writer = DispatchQueue(label: "mount9bbs.unread")
   /// Rooms kept; a hostile server's thousands of rooms cannot grow it without bound.
   static let maximumRooms = 4096
+  /// How long a change waits before the counts are written (changes meanwhile share a write).
+  static let writeDelay: Duration = .milliseconds(200)
 
   /// - Parameter directory: where the counts are kept between mounts; nil: not kept.
   init(directory: String?, logger: Logger) {
@@ -23,12 +29,18 @@ final class UnreadLedger: @unchecked Sendable {
         atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700]
       )
     }
-    guard let path, let data = FileManager.default.contents(atPath: path) else { return }
+    state = Mutex(State(counts: path.map(Self.kept(at:)) ?? [:]))
+  }
+
+  /// The counts a previous mount wrote at `path` (none if there is no readable file).
+  private static func kept(at path: String) -> [String: Int] {
+    guard let data = FileManager.default.contents(atPath: path) else { return [:] }
+    var counts: [String: Int] = [:]
     // JSON: a room name is any text a server sends, newlines included, and must not become
     // a second record (another room's count) when read back.
     if let kept = try? JSONDecoder().decode([String: Int].self, from: data) {
-      for (room, count) in kept.prefix(Self.maximumRooms) where count >= 0 { counts[room] = count }
-      return
+      for (room, count) in kept.prefix(maximumRooms) where count >= 0 { counts[room] = count }
+      return counts
     }
     // The first format, `ROOM COUNT` lines.
     for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
@@ -37,21 +49,22 @@ final class UnreadLedger: @unchecked Sendable {
       else { continue }
       counts[String(line[..<space])] = count
     }
+    return counts
   }
 
   func add(_ lines: Int, to room: String) {
-    lock.withLock {
-      guard counts[room] != nil || counts.count < Self.maximumRooms else { return }
-      counts[room, default: 0] += lines
+    state.withLock { state in
+      guard state.counts[room] != nil || state.counts.count < Self.maximumRooms else { return }
+      state.counts[room, default: 0] += lines
     }
     scheduleWrite()
   }
 
   /// `room` was read to its end.
   func read(_ room: String) {
-    let changed = lock.withLock {
-      guard let count = counts[room], count != 0 else { return false }
-      counts[room] = 0
+    let changed = state.withLock { state in
+      guard let count = state.counts[room], count != 0 else { return false }
+      state.counts[room] = 0
       return true
     }
     if changed { scheduleWrite() }
@@ -59,13 +72,13 @@ final class UnreadLedger: @unchecked Sendable {
 
   /// `room` is gone from the board: its count goes too.
   func forget(_ room: String) {
-    let changed = lock.withLock { counts.removeValue(forKey: room) != nil }
+    let changed = state.withLock { $0.counts.removeValue(forKey: room) != nil }
     if changed { scheduleWrite() }
   }
 
-  func count(_ room: String) -> Int { lock.withLock { counts[room] ?? 0 } }
+  func count(_ room: String) -> Int { state.withLock { $0.counts[room] ?? 0 } }
 
-  var all: [String: Int] { lock.withLock { counts } }
+  var all: [String: Int] { state.withLock { $0.counts } }
 
   /// The file's text: one `ROOM COUNT` line per room of `rooms` and per room with a count,
   /// sorted by name.
@@ -79,13 +92,13 @@ final class UnreadLedger: @unchecked Sendable {
 
   private func scheduleWrite() {
     guard path != nil else { return }
-    let schedule = lock.withLock {
-      defer { writeScheduled = true }
-      return !writeScheduled
+    let schedule = state.withLock { state in
+      defer { state.writeScheduled = true }
+      return !state.writeScheduled
     }
     guard schedule else { return }
-    Self.writer.asyncAfter(deadline: .now() + 0.2) { [self] in
-      lock.withLock { writeScheduled = false }
+    Self.writer.asyncAfter(deadline: .now() + Self.writeDelay.timeInterval) { [self] in
+      state.withLock { $0.writeScheduled = false }
       write()
     }
   }

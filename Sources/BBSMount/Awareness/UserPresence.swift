@@ -1,17 +1,22 @@
 import Foundation
 import NinePClient
+import Synchronization
 
 /// `user-arrived` and `user-left` events, from `chat/users` read every ``interval`` — only
 /// while someone reads `chat/events` (each read is a walk, open, read and clunk: about 0.4
 /// requests a second that nobody would see otherwise), and never on a device board, whose
 /// one-request-at-a-time sessions a listing every few seconds would hold up.
-final class UserPresence: @unchecked Sendable {
+final class UserPresence: Sendable {
+  private struct State {
+    /// The names the last list had; nil before the first read since someone read events.
+    var known: Set<String>?
+    var stopped = false
+  }
+
   private let read: @Sendable (@escaping @Sendable (Result<[UInt8], NinePError>) -> Void) -> Void
   private let events: EventLog
   private let interval: Duration
-  private let lock = NSLock()
-  private var known: Set<String>?
-  private var stopped = false
+  private let state = Mutex(State())
   /// Names kept at most (a hostile server's endless list).
   static let maximumUsers = 4096
 
@@ -31,7 +36,7 @@ final class UserPresence: @unchecked Sendable {
 
   func start() { schedule(after: Self.readerCheck) }
 
-  func stop() { lock.withLock { stopped = true } }
+  func stop() { state.withLock { $0.stopped = true } }
 
   private func schedule(after delay: Duration? = nil) {
     let delay = delay ?? interval
@@ -41,10 +46,10 @@ final class UserPresence: @unchecked Sendable {
   }
 
   private func poll() {
-    guard !lock.withLock({ stopped }) else { return }
+    guard !state.withLock({ $0.stopped }) else { return }
     guard events.streams.hasReaders else {
       // Nobody to tell: start afresh when someone reads events again.
-      lock.withLock { known = nil }
+      state.withLock { $0.known = nil }
       return schedule(after: Self.readerCheck)
     }
     read { [self] result in
@@ -65,9 +70,9 @@ final class UserPresence: @unchecked Sendable {
   }
 
   private func update(_ now: Set<String>) {
-    let before: Set<String>? = lock.withLock {
-      defer { known = now }
-      return known
+    let before: Set<String>? = state.withLock { state in
+      defer { state.known = now }
+      return state.known
     }
     guard let before else { return }
     for name in now.subtracting(before).sorted() { events.record(.userArrived(name)) }
