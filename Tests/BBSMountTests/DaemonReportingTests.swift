@@ -62,9 +62,13 @@ final class DaemonReportingTests: XCTestCase {
       let mount = try MountProcess(
         address: server.address, mountpoint: mountpoint, options: [],
         environment: ["XDG_STATE_HOME": directory + "/state"])
-      // A room read, so the daemon has a feed and its history to stop and write.
+      // A room read, so the daemon has a feed and its history to stop and write. The post
+      // gives the room a line: an open of an empty room waits for its first.
       XCTAssertTrue(try shell("ls \(mountpoint)/chat").output.contains("lobby"))
-      _ = try shell("timeout 3 tail -n 1 \(mountpoint)/chat/lobby")
+      try shell("echo round \(round) > \(mountpoint)/chat/post")
+      XCTAssertTrue(
+        try shell("timeout 10 tail -n 1 \(mountpoint)/chat/lobby").output.contains("round"),
+        "round \(round): the room read showed no line")
       let pid = mount.child.process.processIdentifier
       try shell("fusermount3 -u -z \(mountpoint); kill -TERM \(pid)")
       XCTAssertTrue(mount.child.wait(timeout: 15), "round \(round): still running")
