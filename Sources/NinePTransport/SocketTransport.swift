@@ -7,7 +7,9 @@ import Synchronization
 /// Framed I/O (`send`, `receive`) segments and reassembles 9P messages. Raw I/O (`sendRaw`,
 /// `receiveRaw`) moves single SDUs or stream chunks unmodified, for a server that emulates a
 /// device's SDU-level rules. Do not mix framed and raw receiving on one transport, except that
-/// `receiveRaw` first hands back any bytes `receive` had buffered.
+/// `receiveRaw` first hands back any bytes `receive` had buffered. A client sends with
+/// `sendWithoutWaiting` and `flushPending` (SocketTransport+NonWaiting.swift), a server with the
+/// waiting `send` calls; the two are not used on one transport at the same time.
 public final class SocketTransport: FileRegionSending {
   /// Where this transport leads (for accepted TCP connections: the peer).
   public let address: TransportAddress
@@ -101,23 +103,6 @@ public final class SocketTransport: FileRegionSending {
         } else {
           try writeStream(message[...])
         }
-      }
-    }
-  }
-
-  /// Sends a message whose tail is a file region. On a stream socket the tail goes with
-  /// `sendfile(2)` straight from the page cache; on packet transports and pipes it is read into
-  /// memory and sent as one message, as `send(_:)` would.
-  public func send(header: [UInt8], file: FileRegion) throws(TransportError) {
-    guard !isPacket, writeIsSocket else {
-      return try send(header + file.contents())
-    }
-    try gate.withAccess { () throws(TransportError) in
-      try sendLock.withLock { _ throws(TransportError) in
-        // MSG_MORE holds the header back to share a segment with the data; with no data it
-        // would sit corked for up to 200 ms.
-        try writeStream(header[...], flags: file.count > 0 ? Int32(MSG_MORE) : 0)
-        try writeFile(file)
       }
     }
   }
@@ -345,34 +330,6 @@ extension SocketTransport {
       }
     }
     madeNonBlocking.store(true, ordering: .relaxed)
-  }
-
-  /// Sends all of `file` to the (stream socket) write descriptor with sendfile(2); zeros for
-  /// any part the file no longer has.
-  fileprivate func writeFile(_ file: FileRegion) throws(TransportError) {
-    try ensureNonBlocking()
-    var offset = off_t(file.offset)
-    var rest = file.count
-    while rest > 0 {
-      // sendfile(2) has no MSG_NOSIGNAL: a peer that reset the connection would raise SIGPIPE.
-      let (count, code) = withoutSIGPIPE {
-        let count = sendfile(writeFD, file.descriptor, &offset, rest)
-        return (count, count < 0 ? errno : 0)
-      }
-      if count > 0 {
-        bytesSent.add(count, ordering: .relaxed)
-        rest -= count
-        continue
-      }
-      if count == 0 { break }
-      if code == EINVAL || code == ENOSYS || code == EOPNOTSUPP {
-        // A file sendfile cannot read from: send the rest through memory.
-        let tail = FileRegion(descriptor: file.descriptor, offset: Int64(offset), count: rest)
-        return try writeStream(tail.contents()[...])
-      }
-      try awaitRoomToSend(after: code, operation: "send file")
-    }
-    if rest > 0 { try writeStream([UInt8](repeating: 0, count: rest)[...]) }
   }
 }
 
