@@ -110,6 +110,8 @@ final class ChatClientTests: XCTestCase {
         try handle.close()
       }
     }
+    // Lobby's open is over (its history shown): lines said after it are news, not history.
+    XCTAssertTrue(rig.window.waitFor("bob: hello lobby").matched, rig.window.screen())
     try rig.window.type("/j tech")
     try rig.window.press("Enter")
     XCTAssertTrue(rig.window.waitFor("[2:tech]").matched, rig.window.screen())
