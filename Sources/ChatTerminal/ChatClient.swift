@@ -38,13 +38,14 @@ public enum ChatOutcome: Sendable, Equatable {
   case quit
   /// The mount went away underneath (unmounted, its daemon killed): the reason.
   case mountGone(String)
-  /// A terminating signal.
+  /// The terminal could not be waited on (`poll` failed): the reason.
+  case failed(String)
+  /// A terminating signal (SIGHUP too when the terminal hung up).
   case signal(Int32)
 }
 
-/// The client: one thread that sleeps in `poll` on the keyboard and the inbox pipe, applies
-/// keys and incoming lines to the ``ChatModel``, and draws. Reader threads (``MountFiles``)
-/// feed the inbox; nothing polls on a timer, so an idle chat uses no CPU.
+/// The client: checks what it is given, takes the terminal, and hands over to a
+/// ``ChatLoop``; the terminal is given back however the loop ends.
 public enum ChatClient {
   public static func run(_ options: ChatOptions) throws(ChatError) -> ChatOutcome {
     let inbox = try Inbox()
@@ -69,16 +70,48 @@ public enum ChatClient {
       view.close()
       TerminalGuard.uninstall()
     }
+    var loop = ChatLoop(
+      model: model, files: files, inbox: inbox, view: view, outboxFile: outboxFile,
+      learnsName: options.learnsName)
+    return loop.run(opening: first)
+  }
+}
+
+/// The client's one thread once the terminal is taken: it sleeps in `poll` on the keyboard
+/// and the inbox pipe, applies keys and incoming lines to the ``ChatModel``, does the
+/// effects, and draws. Reader threads (``MountFiles``) feed the inbox; nothing polls on a
+/// timer, so an idle chat uses no CPU.
+struct ChatLoop {
+  private(set) var model: ChatModel
+  let files: MountFiles
+  let inbox: Inbox
+  let view: CursesView
+  /// The mount has `chat/outbox` (read again after each post).
+  let outboxFile: Bool
+  /// Texts just posted per room: the first line back with that text names you (a board
+  /// shows you by nickname or identity, which the mount's status may not know).
+  private var echoes: [String: String] = [:]
+  private var learnsName: Bool
+
+  init(
+    model: ChatModel, files: MountFiles, inbox: Inbox, view: CursesView, outboxFile: Bool,
+    learnsName: Bool
+  ) {
+    self.model = model
+    self.files = files
+    self.inbox = inbox
+    self.view = view
+    self.outboxFile = outboxFile
+    self.learnsName = learnsName
+  }
+
+  /// Shows `room` and runs until the user leaves, a signal comes or the mount goes away.
+  mutating func run(opening room: String) -> ChatOutcome {
     model.paneWidth = view.width
     model.paneHeight = view.paneHeight
-    model.join(first)
-    files.follow(first)
+    model.join(room)
+    files.follow(room)
     files.followAwareness()
-    /// Texts just posted per room: the first line back with that text names you (a board
-    /// shows you by nickname or identity, which the mount's status may not know).
-    var echoes: [String: String] = [:]
-    var learnsName = options.learnsName
-
     while true {
       view.draw(model)
       var fds = [
@@ -87,89 +120,97 @@ public enum ChatClient {
       ]
       let ready = poll(&fds, 2, -1)
       if ready < 0 && errno != EINTR {
-        return .mountGone("poll: \(String(cString: strerror(errno)))")
+        return .failed("poll: \(String(cString: strerror(errno)))")
       }
       let caught = TerminalGuard.signalCaught
       if caught != 0 { return .signal(caught) }
       if fds[0].revents & Int16(POLLHUP | POLLERR) != 0 { return .signal(SIGHUP) }
-      if TerminalGuard.takeResize() { resize(view, &model) }
+      if TerminalGuard.takeResize() { resize() }
       var effects: [Effect] = []
       for input in view.readKeys() {
         switch input {
-        case .resize: resize(view, &model)
+        case .resize: resize()
         case .key(let key): effects += model.handle(key)
         }
       }
       for item in inbox.take() {
-        switch item {
-        case .history(let room, let lines, let unread):
-          model.showHistory(room, lines: lines, unread: unread, now: Date())
-        case .line(let room, let line):
-          if learnsName, let text = echoes[room], RoomLine(parsing: line[...]).text == text {
-            echoes[room] = nil
-            learnsName = false
-            let author = RoomLine(parsing: line[...]).author
-            if !author.isEmpty && !model.isOwn(author) { model.ownNames.append(author) }
-          }
-          if model.receive(room, line: line, now: Date()) { effects.append(.bell) }
-        case .roomFailed(let room, let reason, let opened):
-          if let gone = files.mountAlive() {
-            return .mountGone(gone)
-          }
-          if opened {
-            model.note("room \(room) stopped: \(reason)", style: .error)
-          } else {
-            model.dropRoom(room, reason: "cannot open room \(room): \(reason)")
-          }
-        case .mention(let room):
-          if !model.rooms.contains(where: { $0.name == room }) {
-            model.receiveMention(room: room)
-            effects.append(.bell)
-          }
-        case .event(let event):
-          apply(event, to: &model, files: files, outboxFile: outboxFile)
-        case .posted(let room, let error):
-          if let error {
-            if let gone = files.mountAlive() { return .mountGone(gone) }
-            model.note("post to \(room) failed: \(error)", style: .error)
-          }
-          if outboxFile { files.refreshOutbox() }
-        case .rooms(let names, let unread): model.showRooms(names, unread: unread)
-        case .users(let names): model.showUsers(names)
-        case .outbox(let count): model.outbox = count
-        }
+        if let end = receive(item, effects: &effects) { return end }
       }
-      // One bell per wake-up, however many mentions came in it (a flood rings once).
-      var rang = false
-      for effect in effects {
-        switch effect {
-        case .post(let room, let text):
-          echoes[room] = text
-          files.post(text, to: room)
-        case .join(let room):
-          model.join(room)
-          files.follow(room)
-        case .listRooms: files.listRooms()
-        case .listUsers: files.listUsers()
-        case .bell:
-          if !rang { view.bell() }
-          rang = true
-        case .quit: return .quit
-        case .redraw: view.forceRedraw()
-        }
-      }
+      if let end = perform(effects) { return end }
     }
   }
 
-  private static func resize(_ view: CursesView, _ model: inout ChatModel) {
+  private mutating func resize() {
     view.resize()
     model.paneWidth = view.width
     model.paneHeight = view.paneHeight
   }
 
-  private static func apply(
-    _ event: ChatEvent, to model: inout ChatModel, files: MountFiles, outboxFile: Bool
-  ) {
+  /// Applies what a reader thread sent; the end of the chat if the mount went away.
+  private mutating func receive(_ item: Incoming, effects: inout [Effect]) -> ChatOutcome? {
+    switch item {
+    case .history(let room, let lines, let unread):
+      model.showHistory(room, lines: lines, unread: unread, now: Date())
+    case .line(let room, let line):
+      if learnsName, let text = echoes[room], RoomLine(parsing: line[...]).text == text {
+        echoes[room] = nil
+        learnsName = false
+        let author = RoomLine(parsing: line[...]).author
+        if !author.isEmpty && !model.isOwn(author) { model.ownNames.append(author) }
+      }
+      if model.receive(room, line: line, now: Date()) { effects.append(.bell) }
+    case .roomFailed(let room, let reason, let opened):
+      if let gone = files.mountAlive() { return .mountGone(gone) }
+      if opened {
+        model.note("room \(room) stopped: \(reason)", style: .error)
+      } else {
+        model.dropRoom(room, reason: "cannot open room \(room): \(reason)")
+      }
+    case .mention(let room):
+      if !model.rooms.contains(where: { $0.name == room }) {
+        model.receiveMention(room: room)
+        effects.append(.bell)
+      }
+    case .event(let event):
+      apply(event)
+    case .posted(let room, let error):
+      if let error {
+        if let gone = files.mountAlive() { return .mountGone(gone) }
+        model.note("post to \(room) failed: \(error)", style: .error)
+      }
+      if outboxFile { files.refreshOutbox() }
+    case .rooms(let names, let unread): model.showRooms(names, unread: unread)
+    case .users(let names): model.showUsers(names)
+    case .outbox(let count): model.outbox = count
+    }
+    return nil
+  }
+
+  /// Does what the keys and lines of one wake-up asked for; `.quit` ends the chat.
+  private mutating func perform(_ effects: [Effect]) -> ChatOutcome? {
+    // One bell per wake-up, however many mentions came in it (a flood rings once).
+    var rang = false
+    for effect in effects {
+      switch effect {
+      case .post(let room, let text):
+        echoes[room] = text
+        files.post(text, to: room)
+      case .join(let room):
+        model.join(room)
+        files.follow(room)
+      case .listRooms: files.listRooms()
+      case .listUsers: files.listUsers()
+      case .bell:
+        if !rang { view.bell() }
+        rang = true
+      case .quit: return .quit
+      case .redraw: view.forceRedraw()
+      }
+    }
+    return nil
+  }
+
+  private mutating func apply(_ event: ChatEvent) {
     switch event {
     case .link(let state, let reason):
       model.link = state

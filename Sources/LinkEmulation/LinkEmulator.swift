@@ -100,10 +100,9 @@ public final class LinkEmulator: Sendable {
         client: client, server: server, profile: profile, shared: shared)
       let key = ObjectIdentifier(connection)
       connections.withLock { $0[key] = connection }
-      connection.onClose = { [weak self] in
+      connection.start { [weak self] in
         _ = self?.connections.withLock { $0.removeValue(forKey: key) }
       }
-      connection.start()
     }
   }
 }
@@ -144,19 +143,17 @@ final class SharedCounters: Sendable {
 }
 
 /// One client and its server connection: two directions and the turn tracking.
-final class EmulatedConnection: @unchecked Sendable {
-  // @unchecked: `onClose` is set once before `start()` and only read after it; everything
-  // else is immutable or in `state`.
+final class EmulatedConnection: Sendable {
   let client: SocketTransport
   let server: SocketTransport
   private let upstream: LinkDirection
   private let downstream: LinkDirection
   private let state = Mutex(State())
-  /// Called once when the connection closes (set before `start()`).
-  var onClose: (@Sendable () -> Void)?
 
   private struct State {
     var closed = false
+    /// Called once when the connection closes (given to `start`).
+    var onClose: (@Sendable () -> Void)?
     /// True until the client sends after something came back: the next upstream message
     /// starts a new round trip.
     var awaitingTurn = true
@@ -176,7 +173,9 @@ final class EmulatedConnection: @unchecked Sendable {
     downstream.connection = self
   }
 
-  func start() {
+  /// Starts both directions; `onClose` is called once when the connection closes.
+  func start(onClose: @escaping @Sendable () -> Void) {
+    state.withLock { $0.onClose = onClose }
     upstream.start()
     downstream.start()
   }
@@ -195,11 +194,13 @@ final class EmulatedConnection: @unchecked Sendable {
   }
 
   func close() {
-    let first = state.withLock { state -> Bool in
-      defer { state.closed = true }
-      return !state.closed
+    let first = state.withLock { state -> (@Sendable () -> Void)?? in
+      guard !state.closed else { return nil }
+      state.closed = true
+      defer { state.onClose = nil }
+      return .some(state.onClose)
     }
-    guard first else { return }
+    guard let onClose = first else { return }
     upstream.stop()
     downstream.stop()
     client.close()
@@ -209,10 +210,11 @@ final class EmulatedConnection: @unchecked Sendable {
 }
 
 /// One direction of a connection: reader thread → timed queue → writer thread.
+///
+/// `@unchecked Sendable`: the queue's vars are touched only inside `monitor` (a Monitor, not
+/// a Mutex: the writer waits on its condition until an item is due); `connection` is set
+/// once by EmulatedConnection's init, before `start()`.
 final class LinkDirection: @unchecked Sendable {
-  // @unchecked: the queue's vars are touched only inside `monitor` (a Monitor, not a Mutex:
-  // the writer waits on its condition until an item is due); `connection` is set once by
-  // EmulatedConnection's init, before `start()`.
   private let source: SocketTransport
   private let destination: SocketTransport
   private let profile: LinkProfile

@@ -2,9 +2,10 @@ import Glibc
 
 /// A mutex with one condition variable on CLOCK_MONOTONIC, for threads that wait until a
 /// deadline or a signal (Synchronization's `Mutex` has no condition).
+///
+/// `@unchecked Sendable`: the pthread mutex and condition sit at fixed heap addresses for
+/// the monitor's whole life and are used only through pthread calls, which are thread-safe.
 final class Monitor: @unchecked Sendable {
-  // @unchecked: the pthread mutex and condition sit at fixed heap addresses for the
-  // monitor's whole life and are used only through pthread calls, which are thread-safe.
   private let mutex: UnsafeMutablePointer<pthread_mutex_t>
   private let condition: UnsafeMutablePointer<pthread_cond_t>
 

@@ -25,7 +25,7 @@ struct ChatCommand: ParsableCommand {
       link (up, reconnecting, down; ? when the mount has no chat/events) and the outbox. \
       NO_COLOR turns colours off. Other users' control characters and escape sequences are \
       shown as text (\\x1B[31m). Exit status 0 after /quit or Ctrl-D, 1 when the mount went \
-      away (it says so), 128+N after signal N; the terminal is restored in every case.
+      away, 128+N after signal N, each saying why; the terminal is restored in every case.
 
       Rooms you have not joined are counted from the mount's files: chat/unread at start and \
       on /rooms, then one per line said there (chat/events) and per mention (chat/mentions, \
@@ -108,7 +108,13 @@ struct ChatCommand: ParsableCommand {
       Diagnostics.fail(
         "mount9bbs chat: the mount at \(TerminalText.escaped(absolute)) went away (\(reason))")
       throw ExitCode(1)
+    case .failed(let reason):
+      Diagnostics.fail("mount9bbs chat: \(reason)")
+      throw ExitCode(1)
     case .signal(let number):
+      // Every exit but a quit says why, a kill or a hang-up too.
+      Diagnostics.fail(
+        "mount9bbs chat: \(String(cString: strsignal(number))) (signal \(number))")
       throw ExitCode(128 + number)
     }
   }

@@ -72,6 +72,9 @@ public struct Authentication: Sendable {
   }
 
   /// A counting semaphore that gives up after a deadline.
+  ///
+  /// `@unchecked Sendable`: `inUse` is read and written only with `condition` locked (an
+  /// NSCondition, not a Mutex: `enter` waits on it until a place comes free).
   final class Gate: @unchecked Sendable {
     private let condition = NSCondition()
     private let limit: Int

@@ -1,4 +1,5 @@
 import NinePProtocol
+import Synchronization
 
 /// How much of one directory a listing reads before it stops: a server that never ends a
 /// directory must not hold the listing, and every `ls` waiting for it, for ever.
@@ -95,36 +96,47 @@ extension Session {
 }
 
 /// A directory listing being read, one Tread at a time. A class so each reply appends in
-/// place: copying the entries every round made a long listing quadratic.
-private final class DirectoryListing: @unchecked Sendable {
-  // @unchecked: one Tread of a listing is out at a time, and each completion runs after the
-  // previous one returned, so these are never touched concurrently.
+/// place: copying the entries every round made a long listing quadratic. One Tread is out at
+/// a time, so the lock is never contended; it makes the sharing between completions checked.
+private final class DirectoryListing: Sendable {
   let limits: DirectoryLimits
-  private(set) var entries: [Stat] = []
-  private var seen: Set<String> = []
-  private(set) var bytes = 0
-  private(set) var rounds = 0
   private let started = ContinuousClock.now
+  private let state = Mutex(State())
+
+  private struct State {
+    var entries: [Stat] = []
+    var seen: Set<String> = []
+    var bytes = 0
+    var rounds = 0
+  }
 
   init(limits: DirectoryLimits) { self.limits = limits }
 
+  var entries: [Stat] { state.withLock { $0.entries } }
+  var bytes: Int { state.withLock { $0.bytes } }
+  var rounds: Int { state.withLock { $0.rounds } }
+
   /// Adds the new names of one reply; returns how many were new.
   func add(_ decoded: [Stat], bytes count: Int) -> Int {
-    rounds += 1
-    bytes += count
-    var added = 0
-    for entry in decoded where entries.count < limits.entries && seen.insert(entry.name).inserted {
-      entries.append(entry)
-      added += 1
+    state.withLock { state in
+      state.rounds += 1
+      state.bytes += count
+      var added = 0
+      for entry in decoded
+      where state.entries.count < limits.entries && state.seen.insert(entry.name).inserted {
+        state.entries.append(entry)
+        added += 1
+      }
+      return added
     }
-    return added
   }
 
   /// Which limit the listing has reached, if any.
   var exceededLimit: String? {
+    let (rounds, bytes, count) = state.withLock { ($0.rounds, $0.bytes, $0.entries.count) }
     if rounds >= limits.rounds { return "\(limits.rounds) reads" }
     if bytes >= limits.bytes { return "\(limits.bytes) bytes" }
-    if entries.count >= limits.entries { return "\(limits.entries) entries" }
+    if count >= limits.entries { return "\(limits.entries) entries" }
     if started.duration(to: .now) > limits.duration { return "longer than \(limits.duration)" }
     return nil
   }

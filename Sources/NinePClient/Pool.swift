@@ -224,9 +224,9 @@ public final class Pool: Sendable {
         }
       case .settleStreamDial(let grace):
         // A stream session still being dialled retires itself when it is up: wait for that.
-        let until = ContinuousClock.now + grace
-        while state.withLock({ $0.ledger.dialing }) && ContinuousClock.now < until {
-          Thread.sleep(forTimeInterval: 0.005)
+        let settled = DispatchSemaphore(value: 0)
+        if state.withLock({ $0.ledger.whenDialSettled { settled.signal() } }) {
+          _ = settled.wait(timeout: .now() + grace.timeInterval)
         }
       case .wake(let waiters, let session):
         for waiter in waiters { waiter(.success(session)) }

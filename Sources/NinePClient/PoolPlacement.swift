@@ -58,7 +58,9 @@ struct StreamLedger<Connection: AnyObject & Sendable> {
   private(set) var waiters: [UInt64: Waiter] = [:]
   private var nextWaiterID: UInt64 = 1
   /// A stream session is being dialled.
-  var dialing = false
+  private(set) var dialing = false
+  /// Told when the dial in progress is over (a tidy close waits for it).
+  private var dialSettled: [@Sendable () -> Void] = []
 
   /// Streams placed on `session` and not given back.
   func reservations(on session: Connection) -> Int {
@@ -103,6 +105,28 @@ struct StreamLedger<Connection: AnyObject & Sendable> {
   mutating func takeWaiters() -> [Waiter] {
     defer { waiters.removeAll() }
     return Array(waiters.values)
+  }
+
+  /// A stream wants a new session: whether this caller starts the dial (none is under way).
+  mutating func startDial() -> Bool {
+    defer { dialing = true }
+    return !dialing
+  }
+
+  /// The dial is over (adopted, failed, or its late session retired): the callbacks of
+  /// ``whenDialSettled(_:)`` to call once the lock is let go.
+  mutating func finishDial() -> [@Sendable () -> Void] {
+    dialing = false
+    defer { dialSettled.removeAll() }
+    return dialSettled
+  }
+
+  /// Calls `settled` when the dial under way is over; false (and nothing kept) when there is
+  /// none.
+  mutating func whenDialSettled(_ settled: @escaping @Sendable () -> Void) -> Bool {
+    guard dialing else { return false }
+    dialSettled.append(settled)
+    return true
   }
 }
 
@@ -149,8 +173,7 @@ extension PoolState {
     case .dial:
       guard let waiter else { preconditionFailure("placement dialled without a waiter") }
       let id = ledger.wait(waiter)
-      defer { ledger.dialing = true }
-      return .waiting(id: id, dial: !ledger.dialing)
+      return .waiting(id: id, dial: ledger.startDial())
     }
     ledger.reserve(chosen)
     return .placed(chosen)
@@ -260,7 +283,8 @@ extension Pool {
     let result = Result { () throws(NinePError) -> Session in
       try dialSession(to: target, handshake: handshake)
     }
-    let (callers, late) = state.withLock { state -> ([Completion], Session?) in
+    let (callers, late, settled) = state.withLock {
+      state -> ([Completion], Session?, [@Sendable () -> Void]) in
       let callers = state.ledger.takeWaiters()
       var late: Session?
       switch result {
@@ -271,9 +295,9 @@ extension Pool {
         // A server that serves one connection at a time leaves the second one unanswered.
         state.link.extraSessionsRefused = true
       }
-      if late == nil { state.ledger.dialing = false }
-      return (callers, late)
+      return (callers, late, late == nil ? state.ledger.finishDial() : [])
     }
+    for done in settled { done() }
     if case .failure(let error) = result {
       logger.warning(
         "could not open another session to \(addresses[target]) (\(error)); room feeds share the open ones"
@@ -283,7 +307,7 @@ extension Pool {
       // Dialled while the pool closed or moved: give its attach fid back too, then let
       // close() go on.
       late.retire(within: .seconds(1), reason: "pool closed or moved")
-      state.withLock { $0.ledger.dialing = false }
+      for done in state.withLock({ $0.ledger.finishDial() }) { done() }
     }
     // Placed again: one new session may not hold them all, and a second dial then starts.
     for caller in callers { session(for: .stream, completion: caller) }

@@ -45,9 +45,13 @@ final class ChatClientTests: XCTestCase {
       print("--- chat screen:\n\(window.screen())---")
     }
     let rig = Rig(mount: mount, bob: bob, window: window)
-    XCTAssertTrue(window.waitFor("[1:\(room)]").matched, window.screen())
+    // A process starting on a loaded machine: a generous wait.
+    XCTAssertTrue(window.waitFor("[1:\(room)]", timeout: Self.processWait).matched, window.screen())
     return rig
   }
+
+  /// How long a process may take to start or end (the chat's first screen, its exit).
+  private static let processWait: TimeInterval = 30
 
   /// The input row (the last non-empty row of the screen).
   private func inputRow(_ screen: String) -> String {
@@ -106,6 +110,8 @@ final class ChatClientTests: XCTestCase {
         try handle.close()
       }
     }
+    // Lobby's open is over (its history shown): lines said after it are news, not history.
+    XCTAssertTrue(rig.window.waitFor("bob: hello lobby").matched, rig.window.screen())
     try rig.window.type("/j tech")
     try rig.window.press("Enter")
     XCTAssertTrue(rig.window.waitFor("[2:tech]").matched, rig.window.screen())
@@ -246,9 +252,15 @@ final class ChatClientTests: XCTestCase {
             ? chatPIDs(rig.mount.mountpoint).first : nil)
         kill(chat, how == "TERM" ? SIGTERM : SIGSEGV)
       }
-      rig.window.waitFor("Pane is dead")
+      XCTAssertTrue(
+        rig.window.waitForExit(timeout: Self.processWait),
+        "\(how):\n\(rig.window.screen())\n\(paneProcesses(rig.window))")
       let screen = rig.window.screenWithHistory()
       XCTAssertTrue(screen.contains("CHAT-EXIT=\(exit)"), "\(how):\n\(screen)")
+      // An exit that is not a quit says why.
+      if let why = ["TERM": "Terminated (signal 15)", "SEGV": "crashed on signal 11"][how] {
+        XCTAssertTrue(screen.contains("mount9bbs chat: " + why), "\(how):\n\(screen)")
+      }
       // Back on the normal screen, in cooked mode with echo.
       XCTAssertFalse(screen.contains("[1:lobby]"), "\(how):\n\(screen)")
       let rows = screen.split(separator: "\n")
@@ -260,7 +272,7 @@ final class ChatClientTests: XCTestCase {
   func testTheMountDyingUnderneathIsSaid() throws {
     let rig = try start()
     rig.mount.mount.child.signal(SIGKILL)
-    rig.window.waitFor("Pane is dead")
+    XCTAssertTrue(rig.window.waitForExit(timeout: Self.processWait), rig.window.screen())
     // With the rows that scrolled off.
     let screen = rig.window.screenWithHistory()
     XCTAssertTrue(screen.contains("went away"), screen)
@@ -357,7 +369,9 @@ final class ChatClientTests: XCTestCase {
     // chat/unread and chat/mentions write the space as \x20 to keep the room one field.
     let rig = try start(rooms: ["lobby", "my room"])
     try rig.bobSays("alice: over here", in: "my room")
-    let screen = rig.window.waitFor("@1").screen
+    // The count (chat/events) and the mention (chat/mentions) come by two files: either may
+    // be first on the screen.
+    let screen = rig.window.waitFor("unread: my room 1 @1 |").screen
     XCTAssertTrue(screen.contains("unread: my room 1 @1 |"), screen)
     try rig.window.type("/rooms")
     try rig.window.press("Enter")
@@ -427,6 +441,24 @@ final class ChatClientTests: XCTestCase {
     XCTAssertTrue(
       result.output.contains(rig.mountpoint) && result.output.contains(second.mountpoint),
       result.output)
+  }
+
+  /// Whether the window's pane is dead, and the processes that have its terminal open (for
+  /// a failure's message).
+  private func paneProcesses(_ window: TmuxWindow) -> String {
+    let pane =
+      (try? window.tmux([
+        "display-message", "-p", "-t", "t", "#{pane_dead} #{pane_pid} #{pane_tty}",
+      ]))
+      ?? ""
+    let tty =
+      pane.split(separator: " ").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+      ?? ""
+    let holders =
+      (try? shell(
+        "fuser -v '\(tty)' 2>&1; ps -t '\(tty.replacingOccurrences(of: "/dev/", with: ""))' -o pid,stat,wchan:32,args"
+      ))?.output ?? ""
+    return "pane (dead pid tty): \(pane)\(holders)"
   }
 
   /// `mount9bbs chat` processes on `mountpoint`.

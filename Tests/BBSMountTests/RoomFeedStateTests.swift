@@ -292,6 +292,24 @@ final class RoomFeedStateTests: XCTestCase {
     XCTAssertEqual(names(state.placed(session, generation: state.generation)), ["open"])
   }
 
+  /// A placement of an earlier run that arrives after the newer run's own gives back only
+  /// its own slot: the newer run keeps its slot, and gives it back once when it stops.
+  func testALatePlacementOfAnEarlierRunReleasesOnlyItsOwnSlot() {
+    var state = RoomFeedState(room: "lobby", rawText: false)
+    XCTAssertEqual(names(state.retain()), ["place"])
+    let old = state.generation
+    // The reader closes and another opens before the first placement comes back.
+    XCTAssertEqual(names(state.release()), [])
+    XCTAssertEqual(names(state.retain()), ["place"])
+    let new = state.generation
+    XCTAssertEqual(names(state.placed(session, generation: new)), ["open"])
+    XCTAssertEqual(names(state.placed(other, generation: old)), ["release(other)"])
+    XCTAssertTrue(state.placedOn === session)
+    XCTAssertEqual(names(state.opened(session, fid: 1, generation: new)), ["read"])
+    // The newer run's slot goes back when it stops, once.
+    XCTAssertEqual(names(state.release()), ["clunk", "release"])
+  }
+
   /// Unmount: everything stops and every waiter is woken, caught up or not.
   func testShutdownWakesEveryWaiter() {
     var state = RoomFeedState(room: "lobby", rawText: false)

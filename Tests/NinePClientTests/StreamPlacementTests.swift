@@ -1,3 +1,4 @@
+import Synchronization
 import XCTest
 
 @testable import NinePClient
@@ -63,6 +64,25 @@ final class StreamPlacementTests: XCTestCase {
     XCTAssertTrue(ledger.waiters.isEmpty)
   }
 
+  /// One dial at a time, and whoever waits for it to settle (a tidy close) is told once
+  /// when it is over, and not told of a dial that is not under way.
+  func testADialSettlesItsWaitersOnce() {
+    var ledger = StreamLedger<FakeSession>()
+    let told = Tally()
+    XCTAssertFalse(ledger.whenDialSettled { told.add() }, "no dial under way")
+    XCTAssertTrue(ledger.startDial())
+    XCTAssertFalse(ledger.startDial(), "one dial at a time")
+    XCTAssertTrue(ledger.whenDialSettled { told.add() })
+    XCTAssertTrue(ledger.whenDialSettled { told.add() })
+    let settled = ledger.finishDial()
+    XCTAssertFalse(ledger.dialing)
+    XCTAssertEqual(told.count, 0, "called by the pool after its lock, not by the ledger")
+    for done in settled { done() }
+    XCTAssertEqual(told.count, 2)
+    XCTAssertTrue(ledger.finishDial().isEmpty, "told once")
+    XCTAssertFalse(ledger.whenDialSettled { told.add() })
+  }
+
   /// Feeds that start together: the first dials, the rest wait for that one dial; once it is
   /// there they fill it, then the primary, then double up where it is least loaded.
   func testStreamsWaitForOneDialThenFillTheSessions() {
@@ -76,7 +96,7 @@ final class StreamPlacementTests: XCTestCase {
     XCTAssertEqual(place(&state, rule), "wait 2")
     XCTAssertTrue(state.link.adopt(stream: stream, dialledOn: 0))
     XCTAssertEqual(state.ledger.takeWaiters().count, 2)
-    state.ledger.dialing = false
+    XCTAssertEqual(state.ledger.finishDial().count, 0)
     XCTAssertEqual(
       (0..<5).map { _ in place(&state, rule) }, ["s", "s", "p", "p", "s"])
     XCTAssertEqual(state.ledger.reservations(on: stream), 3)
@@ -123,4 +143,11 @@ final class StreamPlacementTests: XCTestCase {
     case .waiting(let id, let dial): return "wait \(id)\(dial ? ", dial" : "")"
     }
   }
+}
+
+/// Counts calls from `@Sendable` closures.
+private final class Tally: Sendable {
+  private let calls = Mutex(0)
+  var count: Int { calls.withLock { $0 } }
+  func add() { calls.withLock { $0 += 1 } }
 }

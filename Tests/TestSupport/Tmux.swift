@@ -113,6 +113,17 @@ public final class TmuxWindow: @unchecked Sendable {
     waitForScreen(timeout: timeout) { $0.contains(needle) }
   }
 
+  /// Waits until the program in the window has exited (tmux's `pane_dead`); whether it did.
+  ///
+  /// Not the "Pane is dead" text: tmux 3.3 leaves it out when the terminal's end reaches it
+  /// before the exit status, which a loaded machine makes common.
+  @discardableResult
+  public func waitForExit(timeout: TimeInterval = 10) -> Bool {
+    waitUntil(timeout: timeout, interval: 0.05) {
+      (try? tmux(["display-message", "-p", "-t", "t", "#{pane_dead}"]))?.hasPrefix("1") ?? false
+    }
+  }
+
   public func resize(width: Int, height: Int) throws {
     try tmux(["resize-window", "-t", "t", "-x", "\(width)", "-y", "\(height)"])
   }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Chat posts waiting for the link, on disk, in order.
 ///
@@ -10,7 +11,7 @@ import Foundation
 /// (same address and user name) sends what is left. A post that was on the wire when the
 /// link died is sent again: delivery is at least once, never silently dropped (see
 /// ``PostChannel`` for when it is exactly once).
-public final class Outbox: @unchecked Sendable {
+public final class Outbox: Sendable {
   struct Entry: Equatable {
     let sequence: UInt64
     /// The chat directory whose `post` file takes it (`["chat"]`, `["srv", "bbs", "chat"]`).
@@ -28,16 +29,20 @@ public final class Outbox: @unchecked Sendable {
   }
 
   let directory: String
-  // @unchecked: `entries` and `nextSequence` are read and written only under `lock` (held
-  // around the bookkeeping only: the files are written and fsynced outside it).
-  private let lock = NSLock()
-  private var entries: [Entry] = []
-  private var nextSequence: UInt64 = 1
+  /// The bookkeeping (held around it only: the files are written and fsynced outside).
+  private let state: Mutex<State>
+
+  private struct State {
+    /// The stored posts, oldest first.
+    var entries: [Entry] = []
+    var nextSequence: UInt64 = 1
+  }
 
   /// Opens (creating it 0700 if needed) the outbox of one BBS and loads what is left in it.
   init(directory: String) throws(Failure) {
     self.directory = directory
     let manager = FileManager.default
+    var entries: [Entry] = []
     do {
       try manager.createDirectory(
         atPath: directory, withIntermediateDirectories: true,
@@ -66,7 +71,7 @@ public final class Outbox: @unchecked Sendable {
       throw Failure(description: "cannot use the outbox \(directory): \(error)")
     }
     entries.sort { $0.sequence < $1.sequence }
-    nextSequence = (entries.last?.sequence ?? 0) + 1
+    state = Mutex(State(entries: entries, nextSequence: (entries.last?.sequence ?? 0) + 1))
   }
 
   /// The outbox directory for a BBS: `$XDG_STATE_HOME/mount9bbs/outbox/<key>`.
@@ -75,55 +80,49 @@ public final class Outbox: @unchecked Sendable {
   }
 
   var count: Int {
-    lock.lock()
-    defer { lock.unlock() }
-    return entries.count
+    state.withLock { $0.entries.count }
   }
 
   var isEmpty: Bool { count == 0 }
 
   /// The stored posts, oldest first.
   var all: [Entry] {
-    lock.lock()
-    defer { lock.unlock() }
-    return entries
+    state.withLock { $0.entries }
   }
 
   /// Stores a post durably, after every post stored before. Returns once it is on disk.
   func append(
     _ payload: [UInt8], chatDirectory: [String], queued: Date = Date()
   ) throws(Failure) -> Entry {
-    lock.lock()
-    let sequence = nextSequence
-    nextSequence += 1
-    lock.unlock()
+    let sequence = state.withLock { state in
+      defer { state.nextSequence += 1 }
+      return state.nextSequence
+    }
     let entry = Entry(
       sequence: sequence, chatDirectory: chatDirectory, payload: payload, queued: queued)
     try store(entry)
-    lock.lock()
-    entries.append(entry)
-    lock.unlock()
+    state.withLock { $0.entries.append(entry) }
     return entry
   }
 
   /// Forgets a post the server acknowledged.
   func remove(_ entry: Entry) {
-    lock.lock()
-    entries.removeAll { $0.sequence == entry.sequence }
-    lock.unlock()
+    forget(entry)
     unlink(path(of: entry))
   }
 
   /// Moves a post the server refused (e.g. its room is gone) aside, so it neither blocks the
   /// queue nor vanishes.
   func reject(_ entry: Entry) {
-    lock.lock()
-    entries.removeAll { $0.sequence == entry.sequence }
-    lock.unlock()
+    forget(entry)
     let rejected = directory + "/rejected"
     try? FileManager.default.createDirectory(
       atPath: rejected, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     rename(path(of: entry), rejected + "/" + name(of: entry))
+  }
+
+  private func forget(_ entry: Entry) {
+    state.withLock { $0.entries.removeAll { $0.sequence == entry.sequence } }
   }
 
   private func name(of entry: Entry) -> String {

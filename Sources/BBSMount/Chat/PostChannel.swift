@@ -44,6 +44,9 @@ struct QueuedPost: Sendable, Equatable {
 /// no id the server could deduplicate by, so it is sent again: at least once. The mount's own
 /// room readers drop such a repeat (``RepeatFilter``, told by ``observeResends(_:)``); other
 /// clients may see the line twice.
+///
+/// `@unchecked Sendable`: every var is read and written under `lock` (an NSLock, not a
+/// Mutex: its sections collect actions that run after the unlock, across several helpers).
 final class PostChannel: @unchecked Sendable {
   typealias Completion = @Sendable (Result<Void, NinePError>) -> Void
 
@@ -76,11 +79,8 @@ final class PostChannel: @unchecked Sendable {
     var room: String { PostChannel.room(of: payload) }
   }
 
-  // @unchecked: every var below is read and written under `lock` (an NSLock: its sections
-  // collect actions that run after the unlock, across several helpers); `Writer`s and
-  // `Item`s are touched only under it too.
+  /// Guards every var below; `Writer`s and `Item`s are touched only under it too.
   private let lock = NSLock()
-  private var fids: [ObjectIdentifier: [[String]: Fid]] = [:]
   /// Posts not yet acknowledged, in order; the first is on the wire while `sending`.
   private var queue: [Item] = []
   private var nextID: UInt64 = 1
@@ -89,7 +89,7 @@ final class PostChannel: @unchecked Sendable {
   private var observers: [@Sendable (PostEvent) -> Void] = []
   private var resendObservers: [@Sendable (_ directory: [String], _ payload: [UInt8]) -> Void] = []
   private var sendObservers: [@Sendable (_ payloads: [[UInt8]]) -> Void] = []
-  private let sessions: SessionProvider
+  private let wire: PostWire
   private let linkIsUp: @Sendable () -> Bool
   let outbox: Outbox?
   let patience: Duration
@@ -101,7 +101,7 @@ final class PostChannel: @unchecked Sendable {
     patience: Duration = PostChannel.defaultPatience,
     logger: Logger = Logger(label: "mount9bbs.post")
   ) {
-    self.sessions = sessions
+    wire = PostWire(sessions: sessions, waitsForLateAnswers: outbox != nil)
     self.outbox = outbox
     self.linkIsUp = linkIsUp
     self.patience = patience
@@ -199,7 +199,7 @@ final class PostChannel: @unchecked Sendable {
     let resend = queue[0].uncertain ? resendObservers : []
     lock.unlock()
     for observer in resend { observer(directory, payload) }
-    post(payload, directory: directory) { [self] result in finished(id, result) }
+    wire.post(payload, directory: directory) { [self] result in finished(id, result) }
   }
 
   private func finished(_ id: UInt64, _ result: Result<Void, NinePError>) {
@@ -349,83 +349,5 @@ final class PostChannel: @unchecked Sendable {
   static func room(of payload: [UInt8]) -> String {
     let name = payload.firstIndex(of: UInt8(ascii: ":")).map { payload[..<$0] } ?? []
     return String(decoding: name, as: UTF8.self)
-  }
-
-  // MARK: The wire
-
-  /// Posts one payload on the primary session's `post` fid.
-  private func post(
-    _ payload: [UInt8], directory: [String], retried: Bool = false,
-    _ completion: @escaping @Sendable (Result<Void, NinePError>) -> Void
-  ) {
-    sessions { [self] placed in
-      let session: Session
-      switch placed {
-      case .failure(let error): return completion(.failure(error))
-      case .success(let placed): session = placed
-      }
-      withFid(session, directory) { [self] opened in
-        switch opened {
-        case .failure(let error):
-          completion(.failure(error))
-        case .success(let fid):
-          let chunk = Array(payload.prefix(session.maxWriteCount))
-          // With an outbox the writer is answered anyway: wait for the server's word (a frozen
-          // server's late Rwrite means delivered) until the keepalive declares the link dead.
-          let options = RequestOptions(timeout: outbox == nil ? .none : .some(nil))
-          session.send(.twrite(fid: fid, offset: 0, data: chunk[...]), options: options) {
-            [self] written in
-            switch written {
-            case .success(.rwrite):
-              completion(.success(()))
-            case .success(let other):
-              completion(.failure(.protocolViolation("Twrite answered with \(other.type)")))
-            case .failure(let error) where error.isLinkFailure:
-              completion(.failure(error))
-            case .failure(.server(let ename, let code)) where retried || code != EBADF:
-              completion(.failure(.server(ename: ename, errno: code)))
-            case .failure(let error):
-              // A stale fid (the server forgot it): open a new one once.
-              forget(session, directory)
-              if retried { return completion(.failure(error)) }
-              post(payload, directory: directory, retried: true, completion)
-            }
-          }
-        }
-      }
-    }
-  }
-
-  private func forget(_ session: Session, _ directory: [String]) {
-    lock.lock()
-    fids[ObjectIdentifier(session)]?[directory] = nil
-    lock.unlock()
-  }
-
-  private func withFid(
-    _ session: Session, _ directory: [String],
-    _ completion: @escaping @Sendable (Result<Fid, NinePError>) -> Void
-  ) {
-    let key = ObjectIdentifier(session)
-    lock.lock()
-    // Fids of sessions that are gone are gone with them.
-    if session.closedReason == nil, let fid = fids[key]?[directory] {
-      lock.unlock()
-      return completion(.success(fid))
-    }
-    lock.unlock()
-    session.walkOpen(directory + ["post"], mode: .write) { [self] opened in
-      switch opened {
-      case .failure(let error):
-        completion(.failure(error))
-      case .success(let post):
-        lock.lock()
-        // Keep only the current session's fids.
-        fids = fids.filter { $0.key == key }
-        fids[key, default: [:]][directory] = post.fid
-        lock.unlock()
-        completion(.success(post.fid))
-      }
-    }
   }
 }

@@ -184,15 +184,11 @@ struct RoomFeedState {
 
   /// The provider placed the feed on `session` (a parking slot reserved there).
   mutating func placed(_ session: Session, generation: UInt64) -> [Action] {
-    // The slot of an earlier placement (before a retry) goes back.
+    // A run that stopped meanwhile gives back only the slot placed for it: `placedOn` is
+    // the current run's (stopping gave the old run's back).
+    guard isCurrent(generation) else { return [.releaseStream(session)] }
+    // The slot of this run's earlier placement (before a retry) goes back.
     let previous = placedOn.map { [Action.releaseStream($0)] } ?? []
-    guard isCurrent(generation) else {
-      // A run that stopped meanwhile: its slot goes back too. So does a newer run's
-      // placement that came first, as it always has: a slip in the slot count, left for a
-      // change of its own (this type only made the transitions explicit).
-      placedOn = nil
-      return previous + [.releaseStream(session)]
-    }
     placedOn = session
     phase = .opening(session)
     return previous + [.open(session, generation: generation)]

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 
 /// A room's transcript kept on disk between mounts.
 ///
@@ -9,7 +10,7 @@ import Logging
 /// message. Each room's lines are appended to a 0600 file in a 0700 directory under
 /// `$XDG_STATE_HOME/mount9bbs/history/` (one per BBS and user name), and the next mount starts
 /// the room's transcript with its last ``restored`` bytes.
-public final class RoomHistory: @unchecked Sendable {
+public final class RoomHistory: Sendable {
   /// Bytes of history a mount starts a room with.
   static let restored = 256 << 10
   /// The file is cut back to ``restored`` bytes when found larger than this.
@@ -22,14 +23,19 @@ public final class RoomHistory: @unchecked Sendable {
 
   let path: String
   private let logger: Logger
-  // @unchecked: `descriptor` is written in init and closed in deinit; `pending`, `scheduled`
-  // and `failed` only under `lock`; file writes only under `writing`.
   private let descriptor: Int32
-  private let lock = NSLock()
-  private let writing = NSLock()
-  private var pending: [UInt8] = []
-  private var scheduled = false
-  private var failed = false
+  /// Lines not written yet.
+  private let buffer = Mutex(Buffer())
+  /// Held around each write to the file (and a compaction), so writes keep their order.
+  private let writing = Mutex(())
+
+  private struct Buffer {
+    var pending: [UInt8] = []
+    /// A flush is scheduled.
+    var scheduled = false
+    /// A write failed: nothing more is kept.
+    var failed = false
+  }
 
   /// The directory holding the rooms of one BBS and user name:
   /// `$XDG_STATE_HOME/mount9bbs/history/<key>`.
@@ -79,7 +85,7 @@ public final class RoomHistory: @unchecked Sendable {
     let partial = bytes.count - ((bytes.lastIndex(of: UInt8(ascii: "\n"))).map { $0 + 1 } ?? 0)
     bytes.removeLast(partial)
     if data.count > Self.compactBeyond {
-      writing.withLock {
+      writing.withLock { _ in
         if ftruncate(descriptor, 0) != 0 || !write(bytes) {
           logger.warning("room history: cannot compact \(path)")
         }
@@ -94,12 +100,12 @@ public final class RoomHistory: @unchecked Sendable {
   /// thread (a failure is logged once; the room goes on).
   func append(_ data: [UInt8]) {
     guard !data.isEmpty else { return }
-    lock.lock()
-    guard !failed else { return lock.unlock() }
-    pending += data
-    let schedule = !scheduled
-    scheduled = true
-    lock.unlock()
+    let schedule = buffer.withLock { buffer in
+      guard !buffer.failed else { return false }
+      buffer.pending += data
+      defer { buffer.scheduled = true }
+      return !buffer.scheduled
+    }
     if schedule {
       Self.writer.asyncAfter(deadline: .now() + Self.flushDelay.timeInterval) { [weak self] in
         self?.flush()
@@ -109,15 +115,17 @@ public final class RoomHistory: @unchecked Sendable {
 
   /// Writes what is pending now (the feed stopping, the mount going away).
   func flush() {
-    writing.withLock {
-      lock.lock()
-      let chunk = pending
-      pending = []
-      scheduled = false
-      lock.unlock()
+    writing.withLock { _ in
+      let chunk = buffer.withLock { buffer in
+        defer {
+          buffer.pending = []
+          buffer.scheduled = false
+        }
+        return buffer.pending
+      }
       if chunk.isEmpty || write(chunk) { return }
       let reason = String(cString: strerror(errno))
-      lock.withLock { failed = true }
+      buffer.withLock { $0.failed = true }
       logger.warning("room history: writing \(path) failed: \(reason); not kept")
     }
   }
