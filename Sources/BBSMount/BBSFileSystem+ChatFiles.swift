@@ -74,7 +74,6 @@ extension BBSFileSystem {
     writes: Bool
   ) {
     guard !writes else { return reply(request, EACCES) }
-    var info = info
     let streams: StreamFanOut
     switch local {
     case .unread:
