@@ -47,6 +47,13 @@ final class AwarenessBoardTests: XCTestCase {
         server.say("\(marker) \(count)", by: "bob", in: room)
         return reader.text.contains(marker) || reader.text.contains("\t\(room)\tbob")
       }, reader.text)
+    // Markers said before the reader showed one may still be on their way: one more line,
+    // said after them, shows when they have all arrived.
+    server.say("\(marker) last", by: "lastmarker", in: room)
+    XCTAssertTrue(
+      waitUntil(timeout: 10) {
+        reader.text.contains("\(marker) last") || reader.text.contains("\t\(room)\tlastmarker\n")
+      }, reader.text)
     // Reading the room to its end resets its count.
     _ = try sh("timeout 10 tail -n 1 '\(mount.mountpoint)/chat/\(room)'")
     return reader
