@@ -180,7 +180,7 @@ extension SocketTransport {
           throw .io(operation: "packet send (short write)", errno: EMSGSIZE)
         }
       } else if writeIsSocket {
-        (count, code) = sendGathered(first, second, flags: 0)
+        (count, code) = sendGathered(first, second)
       } else {
         // A pipe: POLLOUT promises room for PIPE_BUF bytes, so a write of at most that many
         // does not block.

@@ -316,7 +316,9 @@ final class SocketTransportTests: XCTestCase {
       }
       return sdus
     }
-    try client.send(header: Array(message[..<23]), payload: message[23...])
+    if try client.sendWithoutWaiting(header: Array(message[..<23]), payload: message[23...]) {
+      try client.flushPending()
+    }
     XCTAssertEqual(try observed.value(), expected)
   }
 
