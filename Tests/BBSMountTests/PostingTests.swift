@@ -96,9 +96,13 @@ final class PostingTests: XCTestCase {
     XCTAssertTrue(
       waitUntil(timeout: 20) { chatTexts(tech.text) == ["frozen room", "frozen prefix"] },
       tech.text)
-    Thread.sleep(forTimeInterval: 1.5)  // a repeat would show by now
+    // Posts go one at a time in order: a repeat would be on the board before these markers.
+    XCTAssertEqual(try timedPost("lobby marker", to: mnt + "/chat/post").0, 0)
+    XCTAssertEqual(try timedPost("tech:tech marker", to: mnt + "/chat/post").0, 0)
+    XCTAssertTrue(waitUntil(timeout: 10) { reader.text.contains("lobby marker") }, reader.text)
+    XCTAssertTrue(waitUntil(timeout: 10) { tech.text.contains("tech marker") }, tech.text)
     XCTAssertEqual(occurrences(of: "frozen hello", in: reader.text), 1, reader.text)
-    XCTAssertEqual(chatTexts(tech.text), ["frozen room", "frozen prefix"])
+    XCTAssertEqual(chatTexts(tech.text), ["frozen room", "frozen prefix", "tech marker"])
   }
 
   /// The 120 s case: posts queued from before, and the link stalls while they are
@@ -141,7 +145,9 @@ final class PostingTests: XCTestCase {
     XCTAssertTrue(
       waitUntil(timeout: 40) { reader.text.contains("fresh post") }, "never delivered")
     XCTAssertTrue(waitUntil(timeout: 10) { self.outboxLines(mnt) == [] }, "outbox not emptied")
-    Thread.sleep(forTimeInterval: 1.5)
+    // Posts go one at a time in order: a repeat would be on the board before this marker.
+    XCTAssertEqual(try timedPost("marker", to: mnt + "/chat/post").0, 0)
+    XCTAssertTrue(waitUntil(timeout: 10) { reader.text.contains("marker") }, reader.text)
     let texts = chatTexts(reader.text).filter { $0.hasPrefix("stored") || $0 == "fresh post" }
     XCTAssertEqual(texts, ["stored 1", "stored 2", "stored 3", "fresh post"], reader.text)
   }
