@@ -131,7 +131,6 @@ final class BlueZMock {
       throw HarnessError("mount9bbs \(arguments) did not finish in \(timeout) s: \(child.text)")
     }
     let seconds = Date().timeIntervalSince(started)
-    _ = waitUntil(timeout: 0.2) { false }
     return CommandRun(
       status: child.process.terminationStatus,
       stdout: (try? String(contentsOfFile: out, encoding: .utf8)) ?? "",
@@ -200,7 +199,6 @@ final class AvahiNamespace {
       child.stop(grace: 2)
       throw HarnessError("the namespace scenario did not finish in \(timeout) s:\n\(child.text)")
     }
-    _ = waitUntil(timeout: 0.2) { false }
     return (child.process.terminationStatus, child.text)
   }
 

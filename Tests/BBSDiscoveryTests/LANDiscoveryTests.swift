@@ -4,6 +4,8 @@ import XCTest
 
 /// mDNS with real components: a real `9bbsd --advertise`, a real avahi-daemon and dbus-daemon
 /// in a throwaway namespace (only `lo`), `mount9bbs scan --lan` and a real FUSE mount by name.
+/// Scans last a second (`--timeout 1`): the boards are the namespace's own avahi-daemon's
+/// services, which a browse finds within about 0.1 s (a 0.1 s scan finds them already).
 final class LANDiscoveryTests: XCTestCase {
   var namespace: AvahiNamespace!
 
@@ -46,9 +48,9 @@ final class LANDiscoveryTests: XCTestCase {
         wait_for 5 sh -c "! grep -q ' $WORK/mnt fuse' /proc/mounts" || exit 14
 
         # 2. scan --lan lists it.
-        "$BIN/mount9bbs" scan --lan --timeout 3 --json >"$WORK/scan.json" 2>"$WORK/scan.err"
+        "$BIN/mount9bbs" scan --lan --timeout 1 --json >"$WORK/scan.json" 2>"$WORK/scan.err"
         echo "scan status $?" >"$WORK/scan.status"
-        "$BIN/mount9bbs" scan --lan --timeout 2 >"$WORK/scan.txt" 2>&1
+        "$BIN/mount9bbs" scan --lan --timeout 1 >"$WORK/scan.txt" 2>&1
 
         # 3. By name again, detached this time: the cache answers.
         "$BIN/mount9bbs" 'mdns!test bbs' "$WORK/mnt" >"$WORK/mount2.log" 2>&1 || exit 15
@@ -111,13 +113,13 @@ final class LANDiscoveryTests: XCTestCase {
           wait_for 10 grep -q "advertising 'Keyed BBS'" "$WORK/9bbsd-$1.log" || exit 32
         }
         board key-a
-        "$BIN/mount9bbs" scan --lan --timeout 2 --json >"$WORK/scan1.json" 2>/dev/null
+        "$BIN/mount9bbs" scan --lan --timeout 1 --json >"$WORK/scan1.json" 2>/dev/null
         "$BIN/mount9bbs" 'mdns!Keyed BBS' "$WORK/mnt" >"$WORK/mount1.log" 2>&1 || exit 33
         "$BIN/mount9bbs" -u "$WORK/mnt" || exit 34
-        "$BIN/mount9bbs" scan --lan --timeout 2 >"$WORK/scan2.txt" 2>/dev/null
+        "$BIN/mount9bbs" scan --lan --timeout 1 >"$WORK/scan2.txt" 2>/dev/null
         kill "$server"; wait "$server"
         board key-b
-        "$BIN/mount9bbs" scan --lan --timeout 2 >"$WORK/scan3.txt" 2>/dev/null
+        "$BIN/mount9bbs" scan --lan --timeout 1 >"$WORK/scan3.txt" 2>/dev/null
         "$BIN/mount9bbs" 'mdns!Keyed BBS' "$WORK/mnt" >"$WORK/mount2.log" 2>&1 && exit 35
         echo done
         """#)
@@ -153,7 +155,7 @@ final class LANDiscoveryTests: XCTestCase {
         name=$(printf "Evil'; touch pwned; echo '\033[31m!x")
         "$BIN/9bbsd" --listen 'tcp!127.0.0.1!5645' --advertise "$name" >"$WORK/9bbsd.log" 2>&1 &
         wait_for 10 grep -q "advertising 'Evil" "$WORK/9bbsd.log" || exit 51
-        "$BIN/mount9bbs" scan --lan --timeout 3 >"$WORK/scan.txt" 2>&1 || exit 52
+        "$BIN/mount9bbs" scan --lan --timeout 1 >"$WORK/scan.txt" 2>&1 || exit 52
         # The suggested command, with printf in place of mount9bbs, pasted into a terminal.
         { echo 'set -H'
           grep '^  mount ' "$WORK/scan.txt" | sed 's/^  mount *mount9bbs /printf "%s\\n" /'
@@ -206,7 +208,7 @@ final class LANDiscoveryTests: XCTestCase {
         wait_for 10 grep -q "advertising 'Twin'" "$WORK/a.log" || exit 31
         "$BIN/9bbsd" --listen 'tcp!127.0.0.1!5643' --advertise 'Twin' --board-name B >"$WORK/b.log" 2>&1 &
         wait_for 15 grep -q "advertising 'Twin #2'" "$WORK/b.log" || exit 32
-        "$BIN/mount9bbs" scan --lan --timeout 3 --json >"$WORK/scan.json" 2>&1
+        "$BIN/mount9bbs" scan --lan --timeout 1 --json >"$WORK/scan.json" 2>&1
         "$BIN/mount9bbs" -f 'mdns!Twin #2' "$WORK/mnt" >"$WORK/mount.log" 2>&1 &
         wait_for 15 mounted "$WORK/mnt" || exit 33
         cat "$WORK/mnt/etc/boardname" >"$WORK/boardname.txt"
@@ -245,7 +247,7 @@ final class LANDiscoveryTests: XCTestCase {
         wait_for 10 grep -q "not advertised yet" "$WORK/9bbsd.log" || exit 41
         start_avahi || exit 42
         wait_for 20 grep -q "advertising 'Late'" "$WORK/9bbsd.log" || exit 43
-        "$BIN/mount9bbs" scan --lan --timeout 3 >"$WORK/scan2.txt" 2>&1 || exit 44
+        "$BIN/mount9bbs" scan --lan --timeout 1 >"$WORK/scan2.txt" 2>&1 || exit 44
         echo done
         """#, startAvahi: false)
     XCTAssertEqual(result.status, 0, "\(result.output)\n\(namespace.file("9bbsd.log"))")

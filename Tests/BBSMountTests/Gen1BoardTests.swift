@@ -134,15 +134,19 @@ final class Gen1BoardTests: XCTestCase {
   /// A burst after a quiet spell loses nothing: an idle room is still polled often enough to
   /// catch up before the 49-line ring drops what the burst pushed through it.
   func testBurstAfterIdleLosesNothing() throws {
-    // 10 ms per request, as on a real board.
+    // 10 ms per request, as on a real board; traced, to see the feed's polls.
     let rig = try MountRig.start(
-      .gen1TCP, for: self, serverArguments: ["--processing-delay", "10"])
+      .gen1TCP, for: self, serverArguments: ["--processing-delay", "10", "--log-level", "trace"])
     let bob = try BoardClient(rig.server.address, uname: "bob", for: self)
     try bob.post("ready")
     let reader = try background(self, "/bin/cat", [rig.path("chat/lobby")])
     XCTAssertTrue(waitUntil(timeout: 10) { chatTexts(reader.text) == ["ready"] }, reader.text)
-    // The point: a room nobody speaks in for a while.
-    Thread.sleep(forTimeInterval: 4)
+    // The point: a room nobody speaks in for a while, long enough for the feed's idle backoff
+    // to reach its longest pause, whatever that is: the gaps between its polls stop growing.
+    let idle = ContinuousClock.now
+    let settled = waitForSteadyPolls(of: rig.server)
+    XCTAssertTrue(settled.steady, "the feed's polls never settled: \(settled.gaps)")
+    let quiet = idle.duration(to: .now)
     let burst = (1...120).map { "burst \($0)" }
     let started = ContinuousClock.now
     for text in burst { try bob.post(text) }
@@ -151,8 +155,9 @@ final class Gen1BoardTests: XCTestCase {
     let texts = Array(chatTexts(reader.text).dropFirst())
     let lost = burst.filter { !texts.contains($0) }
     print(
-      "120 posts in \(posting) after 4 s idle: \(texts.count) lines shown, \(lost.count) lost,"
-        + " \(texts.count - Set(texts).count) twice")
+      "120 posts in \(posting) after \(quiet) idle (poll gaps \(settled.gaps)):"
+        + " \(texts.count) lines shown, \(lost.count) lost, \(texts.count - Set(texts).count) twice"
+    )
     XCTAssertTrue(ended, "the last post never showed")
     XCTAssertEqual(lost.count, 0, "lost: \(lost)")
     XCTAssertEqual(texts, burst, "not every line once, in order")
@@ -184,6 +189,32 @@ final class Gen1BoardTests: XCTestCase {
     XCTAssertEqual(texts, old + ["carol is new here", "carol again"])
     rig.assertNoViolations()
   }
+}
+
+/// Waits (at least a second, at most `timeout`) until a room feed polling `server`'s idle room
+/// does so at a steady pace: the last gaps between its reads (`<- Tread` in the trace log) no
+/// longer grow (each within a fifth of the one before) and are at least 0.1 s. With a 300 ms
+/// cap that is about 1.3 s of quiet; a feed backing off to seconds takes as long as its ramp.
+private func waitForSteadyPolls(of server: ServerProcess, timeout: TimeInterval = 20)
+  -> (steady: Bool, gaps: [Double])
+{
+  let reads = { server.log.components(separatedBy: "<- Tread").count - 1 }
+  let started = Date()
+  var last = (count: reads(), time: started)
+  var gaps: [Double] = []
+  let steady = waitUntil(timeout: timeout, interval: 0.005) {
+    let now = Date()
+    let count = reads()
+    if count != last.count {
+      gaps.append(now.timeIntervalSince(last.time))
+      last = (count, now)
+    }
+    guard now.timeIntervalSince(started) >= 1, gaps.count >= 4 else { return false }
+    let recent = gaps.suffix(3)
+    return recent.allSatisfy { $0 >= 0.1 }
+      && zip(recent, recent.dropFirst()).allSatisfy { $1 <= $0 * 1.2 }
+  }
+  return (steady, gaps.map { ($0 * 1000).rounded() / 1000 })
 }
 
 /// Another client of the board: a 9P session of its own (not through a mount) that posts to
