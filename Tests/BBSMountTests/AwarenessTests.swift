@@ -301,10 +301,16 @@ final class AwarenessTests: XCTestCase {
   }
 
   /// Eight watched rooms of an idle board: each room's read parks on the server, so the mount
-  /// sends next to nothing (keepalives, the chat listing now and then).
+  /// sends next to nothing (a keepalive now and then).
+  ///
+  /// The chat listing, read every `watch-interval=` seconds (4 requests), is left out by the
+  /// longest interval, so a short window suffices: fewer than 2 requests in 4 s (a keepalive
+  /// may fall in it), where the watched rooms re-sending their reads within it make 8.
   private func measureIdleCost(_ setup: Setup) throws -> Double {
     let rooms = (1...8).map { "room\($0)" }
-    let scene = try scene(setup, rooms: rooms, alice: ["watch=all"])
+    let scene = try scene(
+      setup, rooms: rooms,
+      alice: ["watch=all", "watch-interval=\(AwarenessOptions.longestWatchInterval)"])
     let expected = rooms.sorted().map { "\($0) 0\n" }.joined()
     try waitForUnread(scene, expected)
     // Every watched room caught up: its read is parked.
@@ -312,7 +318,7 @@ final class AwarenessTests: XCTestCase {
       waitUntil(timeout: 15, interval: 0.2) {
         ((try? traffic(scene.alice))?.parked ?? 0) >= rooms.count
       }, scene.alice.child.text)
-    let window = 10.0
+    let window = 4.0
     let before = try traffic(scene.alice).sent
     _ = waitUntil(timeout: window) { false }
     let after = try traffic(scene.alice).sent
@@ -357,7 +363,8 @@ final class AwarenessTests: XCTestCase {
   }
 
   func testEventsTellAUserArriving() throws {
-    let scene = try scene()
+    // chat/users is read again every second (10 s by default).
+    let scene = try scene(alice: ["watch-interval=1"])
     let readers = try startReaders(scene, "chat/events", until: "message\ttech\tbob")
     // The mount reads the users list to compare with within a second of the first open of
     // chat/events; nothing shows when it has.
@@ -366,10 +373,30 @@ final class AwarenessTests: XCTestCase {
     let carol = try mountAlice(
       scene.rig, options: ["uname=carol", "watch=none"], state: scene.state, directory: "carol")
     _ = try sh("timeout 10 tail -n 1 '\(carol.mountpoint)/chat/tech'")
+    // Within a few seconds: well before a default 10 s read would come.
     for reader in readers {
       XCTAssertTrue(
-        waitUntil(timeout: 25) { reader.text.contains("\tuser-arrived\tcarol\n") }, reader.text)
+        waitUntil(timeout: 8) { reader.text.contains("\tuser-arrived\tcarol\n") }, reader.text)
     }
+  }
+
+  // MARK: Options
+
+  /// `watch-interval=` takes whole seconds from 1 to an hour (the tests above mount with 1 and
+  /// 3600); zero, negatives, junk and absurd values fail the mount, saying what it expects.
+  func testWatchIntervalRefusesZeroNegativesJunkAndAbsurdValues() throws {
+    let mountpoint = try makeMountDirectory("watch-interval") + "/mnt"
+    for value in ["0", "-5", "ten", "1.5", "3601", "99999999999999999999", ""] {
+      let expected =
+        value.isEmpty
+        ? "option watch-interval needs a value"
+        : "option watch-interval=\(value): expected a number from 1 to 3600"
+      try assertMountFails(
+        ["-o", "watch=all,watch-interval=\(value)", "tcp!127.0.0.1!1", mountpoint],
+        at: mountpoint, saying: [expected])
+    }
+    let help = try runBuilt("mount9bbs", ["mount", "--help"])
+    XCTAssertTrue(help.output.contains("watch-interval=SECONDS"), help.output)
   }
 
   // MARK: Notifications
