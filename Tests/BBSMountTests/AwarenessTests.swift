@@ -155,7 +155,27 @@ final class AwarenessTests: XCTestCase {
       return readers.allSatisfy { $0.text.contains(marker) }
     }
     XCTAssertTrue(ready, readers.map(\.text).joined(separator: "\n---\n"))
+    // Runs before the readers' own stops: the pipeline's `tail` is the shell's child, which a
+    // stop of the shell leaves holding the stream open (the mount then takes seconds to stop).
+    addTeardownBlock { [self] in
+      let holders = processes(holding: path)
+      for pid in holders { kill(pid, SIGKILL) }
+      XCTAssertTrue(waitUntil(timeout: 5) { processes(holding: path).isEmpty }, "\(holders)")
+    }
     return readers
+  }
+
+  /// The processes that have `path` open.
+  private func processes(holding path: String) -> [pid_t] {
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+    return entries.compactMap { entry in
+      guard let pid = pid_t(entry) else { return nil }
+      let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
+      return fds.contains {
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)"))
+          == path
+      } ? pid : nil
+    }
   }
 
   /// The lines of `output` after the last one containing `marker`.
