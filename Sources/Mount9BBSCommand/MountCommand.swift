@@ -45,6 +45,8 @@ struct MountCommand: ParsableCommand {
         history=on|off        keep rooms' lines on disk for the next mount (on)
         watch=all|none|ROOM[:ROOM...]   rooms read in the background for chat/unread, \
       chat/mentions and chat/events (all on a multiplex server, none on a 9BBS board)
+        watch-interval=SECONDS   how often the room list and chat/users are read again \
+      for rooms and users coming and going (10; 60 on a device board; 1-3600)
         highlight=WORD[:WORD...]   more words that make a line a mention (whole words, any \
       case; your user name and identity always do)
         notify=mentions|all|off   desktop notifications on the session bus (mentions)

@@ -55,7 +55,7 @@ struct ParsedOptions {
   /// MountIdentity.swift); the daemon gets them through an inherited pipe (`--key-fd`).
   var unlockedKey: UnlockedKey?
   var passthrough: [String] = []
-  /// `watch=`, `highlight=`, `notify=`, `notify-command=` (see Awareness/).
+  /// `watch=`, `watch-interval=`, `highlight=`, `notify=`, `notify-command=` (see Awareness/).
   var awareness = AwarenessOptions()
 
   /// When to authenticate (see MountIdentity.swift).
@@ -240,8 +240,8 @@ struct ParsedOptions {
     return true
   }
 
-  /// `watch=`, `highlight=`, `notify=`, `notify-command=` (Awareness/). False if `option` is
-  /// none of them.
+  /// `watch=`, `watch-interval=`, `highlight=`, `notify=`, `notify-command=` (Awareness/).
+  /// False if `option` is none of them.
   private mutating func applyAwareness(_ option: Option) throws(Invalid) -> Bool {
     switch option.key {
     case "watch":
@@ -256,6 +256,9 @@ struct ParsedOptions {
         }
         awareness.watch = .rooms(Set(rooms))
       }
+    case "watch-interval":
+      awareness.watchInterval = .seconds(
+        try option.number(1...AwarenessOptions.longestWatchInterval))
     case "highlight":
       awareness.highlights += try option.required().split(separator: ":").map(String.init)
     case "notify":

@@ -168,13 +168,14 @@ final class AwarenessBoardTests: XCTestCase {
     let server = try HostileChatServer(rooms: [.init("lobby")])
     addTeardownBlock { server.stop() }
     server.release()
-    let mount = try mountHostileChat(server, options: ["watch=all"])
+    // The chat listing is read again every second (10 s by default): within a few seconds,
+    // well before a default listing would come.
+    let mount = try mountHostileChat(server, options: ["watch=all", "watch-interval=1"])
     waitForUnread(mount, "lobby 0\n")
     let events = try startReader("events", of: mount, server: server, marker: "ready")
     server.addRooms([.init("plain"), .init("new\troom\nhere")])
-    // The chat listing is read again every 10 s.
     XCTAssertTrue(
-      waitUntil(timeout: 25) {
+      waitUntil(timeout: 8) {
         events.text.contains("\troom-added\tplain\n")
           && events.text.contains("\troom-added\tnew\\troom\\nhere\n")
       }, events.text)
@@ -184,7 +185,7 @@ final class AwarenessBoardTests: XCTestCase {
     waitForUnread(mount, "lobby 0\nnew\\troom\\nhere 0\nplain 1\n")
     server.removeRooms(["plain"])
     XCTAssertTrue(
-      waitUntil(timeout: 25) { events.text.contains("\troom-removed\tplain\n") }, events.text)
+      waitUntil(timeout: 8) { events.text.contains("\troom-removed\tplain\n") }, events.text)
     waitForUnread(mount, "lobby 0\nnew\\troom\\nhere 0\n")
     XCTAssertEqual(
       events.text.split(separator: "\n").filter { $0.contains("\troom-") }.count, 3, events.text)
@@ -200,7 +201,7 @@ final class AwarenessBoardTests: XCTestCase {
     let server = try HostileChatServer(rooms: [.init("lobby")])
     addTeardownBlock { server.stop() }
     server.release()
-    let mount = try mountHostileChat(server, options: ["watch=all"])
+    let mount = try mountHostileChat(server, options: ["watch=all", "watch-interval=1"])
     waitForUnread(mount, "lobby 0\n")
     let events = try startReader("events", of: mount, server: server, marker: "ready")
     let many = (0..<3000).map { String(format: "zz%04d\t", $0) }

@@ -77,7 +77,10 @@ final class Awareness: RoomFeedObserver, Sendable {
     presence =
       pool.configuration.profile == .device
       ? nil
-      : UserPresence(events: events, interval: .seconds(10)) { done in
+      : UserPresence(
+        events: events,
+        interval: options.watchInterval ?? AwarenessOptions.defaultInterval(device: false)
+      ) { done in
         // Not watching, the watcher has not looked for the chat directory: the usual one.
         readOnce((watcher.chatDirectoryFound ?? ["chat"]) + ["users"], done)
       }
@@ -134,7 +137,8 @@ final class Awareness: RoomFeedObserver, Sendable {
           }
         }
       },
-      interval: device ? .seconds(60) : .seconds(10), logger: logger, changed: changed)
+      interval: options.watchInterval ?? AwarenessOptions.defaultInterval(device: device),
+      logger: logger, changed: changed)
   }
 
   /// `link` events as the pool's link goes down, reconnects and comes back.

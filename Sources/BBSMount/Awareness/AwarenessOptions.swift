@@ -1,5 +1,5 @@
 /// The awareness options: which rooms are watched, what counts as a mention, how the user is
-/// told (`-o watch=`, `highlight=`, `notify=`, `notify-command=`).
+/// told (`-o watch=`, `watch-interval=`, `highlight=`, `notify=`, `notify-command=`).
 public struct AwarenessOptions: Sendable, Equatable {
   /// Which rooms are read in the background, so unread counts, mentions and events exist
   /// without a reader open.
@@ -29,6 +29,10 @@ public struct AwarenessOptions: Sendable, Equatable {
 
   /// Nil: the profile's default (every room on a multiplex server, none on a device board).
   public var watch: Watch?
+  /// How often the chat listing (rooms coming and going) and, while someone reads
+  /// `chat/events`, `chat/users` (users arriving and leaving) are read again. Nil: the
+  /// profile's default, ``defaultInterval(device:)``.
+  public var watchInterval: Duration?
   /// Extra words that make a line a mention (whole words, any case).
   public var highlights: [String] = []
   public var notify: Notify = .mentions
@@ -36,4 +40,13 @@ public struct AwarenessOptions: Sendable, Equatable {
   public var notifyCommand: String?
 
   public init() {}
+
+  /// The chat listing is read every 10 s, or every 60 s on a device board (a listing holds
+  /// up its one-request-at-a-time session).
+  public static func defaultInterval(device: Bool) -> Duration {
+    device ? .seconds(60) : .seconds(10)
+  }
+
+  /// `watch-interval=` at most, in seconds (an hour).
+  public static let longestWatchInterval = 3600
 }
