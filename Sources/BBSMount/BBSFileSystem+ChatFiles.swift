@@ -40,10 +40,14 @@ extension BBSFileSystem {
       request.replyOpen(info)
       return
     }
+    let feed = feeds.feed(for: node.path, room: room)
     RoomHandle.open(
-      request, feed: feeds.feed(for: node.path, room: room), inode: node.inode, poster: poster,
-      info: info, handles: handles, passes: followPasses
-    ) { [awareness] in awareness.roomRead(room) }
+      request, feed: feed, inode: node.inode, poster: poster, info: info, handles: handles,
+      passes: followPasses
+    ) { [awareness, weak feed] offset in
+      guard let feed else { return }
+      awareness.roomRead(room, through: offset, of: feed)
+    }
   }
 
   /// A transcript in `chat/log/`: read only, whoever asks (mode 0444 and root alike).

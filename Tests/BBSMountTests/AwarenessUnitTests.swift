@@ -41,6 +41,34 @@ final class AwarenessUnitTests: XCTestCase {
     XCTAssertEqual(text(ledger.render(rooms: [])), "", "a read room with no one watching: gone")
   }
 
+  /// A room's new lines reach its transcript, and so its readers, before they are counted: a
+  /// reader may read them to the end first. Counted then, they stayed unread for ever
+  /// (`chat/unread` said `lobby 4` with the reader at the end). Lines ending where the room
+  /// was read to are not unread; later ones, or another feed's, are.
+  func testLinesAReaderReadBeforeTheyWereCountedAreNotUnread() {
+    let ledger = UnreadLedger(directory: nil, logger: logger)
+    let feeds = (NSObject(), NSObject())  // alive for the test: their identities differ
+    let feed = ObjectIdentifier(feeds.0)
+    let other = ObjectIdentifier(feeds.1)
+    ledger.add(1, to: "lobby", endingAt: .init(feed: feed, offset: 40))
+    ledger.read("lobby", through: .init(feed: feed, offset: 200))
+    XCTAssertEqual(ledger.count("lobby"), 0)
+    ledger.add(4, to: "lobby", endingAt: .init(feed: feed, offset: 200))
+    XCTAssertEqual(ledger.count("lobby"), 0, "read before they were counted")
+    ledger.add(1, to: "lobby", endingAt: .init(feed: feed, offset: 250))
+    XCTAssertEqual(ledger.count("lobby"), 1, "said after the read")
+    ledger.add(1, to: "lobby", endingAt: .init(feed: other, offset: 10))
+    XCTAssertEqual(ledger.count("lobby"), 2, "another feed's place says nothing of these")
+    // An older place never moves the mark back.
+    ledger.read("lobby", through: .init(feed: feed, offset: 100))
+    ledger.add(1, to: "lobby", endingAt: .init(feed: feed, offset: 150))
+    XCTAssertEqual(ledger.count("lobby"), 0)
+    ledger.forget("lobby")
+    ledger.add(1, to: "lobby", endingAt: .init(feed: feed, offset: 150))
+    XCTAssertEqual(ledger.count("lobby"), 1, "a room gone and back starts afresh")
+    withExtendedLifetime(feeds) {}
+  }
+
   /// A room's name is the server's text: a space, a newline or a "-" in it cannot make a
   /// second record or pass for the mentions file's own line.
   func testHostileRoomNamesAreOneFieldEach() {

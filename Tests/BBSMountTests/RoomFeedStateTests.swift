@@ -35,7 +35,7 @@ final class RoomFeedStateTests: XCTestCase {
       case .clunkUnlessClosed: "clunkUnlessClosed"
       case .releaseStream(let on): on === session ? "release" : "release(other)"
       case .wake(let ready, _): "wake(\(ready.count))"
-      case .observe(let data): "observe(\(data.count))"
+      case .observe(let data, _): "observe(\(data.count))"
       case .grew(let data): "grew(\(data.count))"
       case .log: nil
       }
@@ -152,7 +152,7 @@ final class RoomFeedStateTests: XCTestCase {
   /// once answered, the watch for it finds nothing to do.
   func testAParkedReadCatchesUp() {
     var state = RoomFeedState(room: "lobby", rawText: false)
-    let (generation, token) = reading(&state)
+    let (_, token) = reading(&state)
     XCTAssertNotNil(state.add(.init(beyond: nil, callback: {})))
     XCTAssertTrue(state.sent(RequestHandle(id: 1), token: token), "watched for parking")
     XCTAssertTrue(state.isWatching(token: token))
@@ -336,6 +336,12 @@ final class RoomFeedStateTests: XCTestCase {
       generation: generation)
     XCTAssertEqual(names(replay).filter { $0.hasPrefix("grew") }, ["grew(\(lines(1).count))"])
     XCTAssertEqual(text(state), String(decoding: lines(4), as: UTF8.self))
+    // The observer is told where the new line ends in the transcript (after the history):
+    // the unread ledger compares that with where readers got to.
+    let observed = replay.compactMap { action -> UInt64? in
+      if case .observe(_, let end) = action { end } else { nil }
+    }
+    XCTAssertEqual(observed, [UInt64(lines(4).count)])
   }
 
   /// A local stream never asks the server for anything and is always caught up.

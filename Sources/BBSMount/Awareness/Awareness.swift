@@ -206,8 +206,10 @@ final class Awareness: RoomFeedObserver, Sendable {
     }
   }
 
-  /// A reader read `room` to its end.
-  func roomRead(_ room: String) { ledger.read(room) }
+  /// A reader read `room` to its end, offset `offset` of `feed`'s transcript.
+  func roomRead(_ room: String, through offset: UInt64, of feed: RoomFeed) {
+    ledger.read(room, through: UnreadLedger.Place(feed: ObjectIdentifier(feed), offset: offset))
+  }
 
   /// This mount sent posts (each `room:text`): their echoes tell what the board calls the user.
   func posted(_ payloads: [[UInt8]]) {
@@ -220,7 +222,7 @@ final class Awareness: RoomFeedObserver, Sendable {
     events.record(.backlogIncomplete(room: feed.room))
   }
 
-  func feed(_ feed: RoomFeed, received data: [UInt8]) {
+  func feed(_ feed: RoomFeed, received data: [UInt8], endingAt end: UInt64) {
     let lines = feedLines.withLock { $0.lines(in: data, from: ObjectIdentifier(feed)) }
     var unread = 0
     for bytes in lines {
@@ -241,6 +243,12 @@ final class Awareness: RoomFeedObserver, Sendable {
         desktop?.notify(room: feed.room, author: parsed.author, text: String(parsed.text))
       }
     }
-    if unread > 0 { ledger.add(unread, to: feed.room) }
+    // Readers may have read these lines to their end already (they reach the transcript
+    // before this call): then they are not unread.
+    if unread > 0 {
+      ledger.add(
+        unread, to: feed.room,
+        endingAt: UnreadLedger.Place(feed: ObjectIdentifier(feed), offset: end))
+    }
   }
 }

@@ -6,8 +6,17 @@ import Synchronization
 /// this mount. Kept on disk with the rooms' history (`history=on`), so a remount starts with
 /// the counts the last mount left.
 final class UnreadLedger: Sendable {
+  /// A place in a room's transcript: the feed (alive for the mount) and a byte offset.
+  struct Place: Sendable, Equatable {
+    let feed: ObjectIdentifier
+    let offset: UInt64
+  }
+
   private struct State {
     var counts: [String: Int] = [:]
+    /// Where each room was last read to its end. A room's new lines reach its transcript (and
+    /// so its readers) before they are counted: lines ending there or before were seen.
+    var readTo: [String: Place] = [:]
     var writeScheduled = false
   }
 
@@ -52,17 +61,32 @@ final class UnreadLedger: Sendable {
     return counts
   }
 
-  func add(_ lines: Int, to room: String) {
-    state.withLock { state in
-      guard state.counts[room] != nil || state.counts.count < Self.maximumRooms else { return }
+  /// Counts `lines` new lines of `room`, unless they end at `end` or before it in the place
+  /// a reader has already read the room to (see ``read(_:through:)``).
+  func add(_ lines: Int, to room: String, endingAt end: Place? = nil) {
+    let changed = state.withLock { state in
+      guard state.counts[room] != nil || state.counts.count < Self.maximumRooms else {
+        return false
+      }
+      if let end, let read = state.readTo[room], read.feed == end.feed, end.offset <= read.offset {
+        return false
+      }
       state.counts[room, default: 0] += lines
+      return true
     }
-    scheduleWrite()
+    if changed { scheduleWrite() }
   }
 
-  /// `room` was read to its end.
-  func read(_ room: String) {
+  /// `room` was read to its end (at `place`, when known: lines counted later that end there
+  /// or before it are not unread).
+  func read(_ room: String, through place: Place? = nil) {
     let changed = state.withLock { state in
+      if let place, state.readTo[room] != nil || state.readTo.count < Self.maximumRooms {
+        let earlier = state.readTo[room]
+        if earlier?.feed != place.feed || earlier.map({ $0.offset < place.offset }) ?? true {
+          state.readTo[room] = place
+        }
+      }
       guard let count = state.counts[room], count != 0 else { return false }
       state.counts[room] = 0
       return true
@@ -72,7 +96,10 @@ final class UnreadLedger: Sendable {
 
   /// `room` is gone from the board: its count goes too.
   func forget(_ room: String) {
-    let changed = state.withLock { $0.counts.removeValue(forKey: room) != nil }
+    let changed = state.withLock { state in
+      state.readTo[room] = nil
+      return state.counts.removeValue(forKey: room) != nil
+    }
     if changed { scheduleWrite() }
   }
 

@@ -40,7 +40,7 @@ final class RoomFeed: Sendable {
   /// What the feed tells the rest of the mount, set once after it is made (see ``RoomFeeds``).
   private struct Callbacks {
     var onGrowth: (@Sendable () -> Void)?
-    var onLines: (@Sendable ([UInt8]) -> Void)?
+    var onLines: (@Sendable (_ lines: [UInt8], _ end: UInt64) -> Void)?
     var onBacklogIncomplete: (@Sendable () -> Void)?
   }
 
@@ -49,9 +49,10 @@ final class RoomFeed: Sendable {
     get { callbacks.withLock { $0.onGrowth } }
     set { callbacks.withLock { $0.onGrowth = newValue } }
   }
-  /// Called (outside the lock, in order) with what the server's reads added: the watcher's
-  /// unread counts, mentions and events (see Awareness/).
-  var onLines: (@Sendable ([UInt8]) -> Void)? {
+  /// Called (outside the lock, in order) with what the server's reads added and the
+  /// transcript offset they end at: the watcher's unread counts, mentions and events (see
+  /// Awareness/). Readers may have read them already: they are in the transcript first.
+  var onLines: (@Sendable (_ lines: [UInt8], _ end: UInt64) -> Void)? {
     get { callbacks.withLock { $0.onLines } }
     set { callbacks.withLock { $0.onLines = newValue } }
   }
@@ -296,8 +297,8 @@ final class RoomFeed: Sendable {
         } else {
           for callback in ready { callback() }
         }
-      case .observe(let data):
-        onLines?(data)
+      case .observe(let data, let end):
+        onLines?(data, end)
       case .grew(let data):
         onGrowth?()
         // After the readers: one read is in flight per feed, so appends keep their order.

@@ -24,9 +24,9 @@ extension RoomFeedState {
     case releaseStream(Session)
     /// Waiters now ready (`concurrently` when many readers wait on a reply).
     case wake([@Sendable () -> Void], concurrently: Bool = false)
-    /// What the server's reads added, for the ``RoomFeed/onLines`` observer (before the
-    /// waiters are woken).
-    case observe([UInt8])
+    /// What the server's reads added, ending at transcript offset `end`, for the
+    /// ``RoomFeed/onLines`` observer (before the waiters are woken).
+    case observe([UInt8], end: UInt64)
     /// The transcript grew by these bytes: the growth callback, then the history on disk
     /// (after the waiters).
     case grew([UInt8])

@@ -332,7 +332,7 @@ struct RoomFeedState {
     }
     // Before the readers: a reader that reads the new lines to the end resets the room's
     // unread count after they were counted.
-    if !shown.isEmpty { actions.append(.observe(shown)) }
+    if !shown.isEmpty { actions.append(.observe(shown, end: transcript.length)) }
     actions.append(.wake(ready, concurrently: true))
     if !shown.isEmpty { actions.append(.grew(shown)) }
     return actions

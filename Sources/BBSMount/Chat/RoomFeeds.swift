@@ -16,7 +16,8 @@ import Synchronization
 
 /// What watches every room's feed (Awareness/): told of lines as the server's reads add them.
 protocol RoomFeedObserver: AnyObject, Sendable {
-  func feed(_ feed: RoomFeed, received data: [UInt8])
+  /// `data` came into `feed`'s transcript, ending at offset `end`.
+  func feed(_ feed: RoomFeed, received data: [UInt8], endingAt end: UInt64)
   func backlogIncomplete(_ feed: RoomFeed)
 }
 
@@ -59,9 +60,9 @@ final class RoomFeeds: Sendable {
       guard let feed else { return }
       onGrowth(feed)
     }
-    feed.onLines = { [weak self, weak feed] data in
+    feed.onLines = { [weak self, weak feed] data, end in
       guard let feed, let observer = self?.currentObserver else { return }
-      observer.feed(feed, received: data)
+      observer.feed(feed, received: data, endingAt: end)
     }
     feed.onBacklogIncomplete = { [weak self, weak feed] in
       guard let feed, let observer = self?.currentObserver else { return }

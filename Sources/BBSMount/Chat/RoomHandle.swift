@@ -21,8 +21,9 @@ final class RoomHandle: OpenHandle {
   let poster: PostHandle?
   /// Reads by each opener, so a follow loop's pass right after input is told apart.
   let passes: FollowPasses
-  /// Called when a read reaches the end of the transcript (the room's unread count resets).
-  let readToEnd: (@Sendable () -> Void)?
+  /// Called with the offset read to when a read reaches the end of the transcript (the
+  /// room's unread count resets).
+  let readToEnd: (@Sendable (_ offset: UInt64) -> Void)?
   private let position = Mutex(Position())
 
   /// Where its reader is and what it was told.
@@ -40,7 +41,7 @@ final class RoomHandle: OpenHandle {
   init(
     feed: RoomFeed, inode: FuseInode, nonBlocking: Bool, endsAtEnd: Bool, opener: pid_t,
     poster: PostHandle?, passes: FollowPasses = FollowPasses(),
-    readToEnd: (@Sendable () -> Void)? = nil
+    readToEnd: (@Sendable (_ offset: UInt64) -> Void)? = nil
   ) {
     self.passes = passes
     self.readToEnd = readToEnd
@@ -60,7 +61,7 @@ final class RoomHandle: OpenHandle {
   static func open(
     _ request: FuseRequest, feed: RoomFeed, inode: FuseInode, poster: PostHandle?,
     info: FuseFileInfo, handles: HandleTable, passes: FollowPasses,
-    readToEnd: (@Sendable () -> Void)? = nil
+    readToEnd: (@Sendable (_ offset: UInt64) -> Void)? = nil
   ) {
     feed.retain()
     let nonBlocking = info.flags & O_NONBLOCK != 0
@@ -144,7 +145,7 @@ final class RoomHandle: OpenHandle {
 
   /// Tells the unread ledger when a read got to the end of what the room has.
   private func reachedEnd(_ offset: UInt64) {
-    if let readToEnd, offset >= feed.length { readToEnd() }
+    if let readToEnd, offset >= feed.length { readToEnd(offset) }
   }
 
   func write(_ request: FuseRequest, data: [UInt8], offset: UInt64) {
