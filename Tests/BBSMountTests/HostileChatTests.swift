@@ -100,8 +100,10 @@ final class HostileChatTests: XCTestCase {
     printf '%s' "$TEXT" > "$0.$$.text"
     """.write(toFile: script, atomically: true, encoding: .utf8)
     chmod(script, 0o755)
+    // chat/users read every second, not every 10: the arrivals below come in two rounds.
     let mount = try mountHostileChat(
-      server, options: ["watch=all", "notify=off", "notify-command=\(script)", "debug"])
+      server,
+      options: ["watch=all", "watch-interval=1", "notify=off", "notify-command=\(script)", "debug"])
     let chat = mount.mountpoint + "/chat"
     XCTAssertTrue(
       waitUntil(timeout: 10) { FileManager.default.fileExists(atPath: chat + "/events") })
