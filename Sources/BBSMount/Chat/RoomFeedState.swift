@@ -330,8 +330,9 @@ struct RoomFeedState {
           ? .read(session, fid, generation: generation)
           : .readLater(session, fid, after: backoff, generation: generation))
     }
-    // Before the readers: a reader that reads the new lines to the end resets the room's
-    // unread count after they were counted.
+    // Before the waiters: one that reads the new lines to the end resets the room's unread
+    // count after they were counted. (A reader not waiting can read them first: the ledger
+    // tells by where they end.)
     if !shown.isEmpty { actions.append(.observe(shown, end: transcript.length)) }
     actions.append(.wake(ready, concurrently: true))
     if !shown.isEmpty { actions.append(.grew(shown)) }
