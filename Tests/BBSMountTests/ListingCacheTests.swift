@@ -85,6 +85,40 @@ final class ListingCacheTests: XCTestCase {
     XCTAssertEqual(server.violations, [])
   }
 
+  /// A caller that wants the directory as it is now (`maxAge: .zero`: a `rewinddir`) is not
+  /// answered by a listing asked for before it: a file made on the server after that
+  /// listing's last read shows. (A rewound directory descriptor in a loaded full run missed a
+  /// file made between its two reads: the second joined the first's confirming read, done
+  /// at the server but not yet back.)
+  func testAListingAskedForBeforeAFreshCallerDoesNotAnswerIt() throws {
+    let area = try makeTemporaryDirectory("listing-fresh")
+    FileManager.default.createFile(atPath: "\(area)/first", contents: Data())
+    let server = try ServerProcess(
+      transport: "unix", profile: "device", extra: ["--log-level", "trace", "--files", area])
+    self.server = server
+    // Answers come 300 ms late; requests reach the server at once.
+    let proxy = try FaultProxy(
+      listen: .unix(path: area + ".proxy"), server: try TransportAddress(parsing: server.address))
+    addTeardownBlock { proxy.stop() }
+    proxy.setReplyDelay(0.3)
+    let session = try Session.connect(
+      transport: try dial(proxy.listenAddress),
+      configuration: SessionConfiguration(
+        profile: .device, uname: "glenda", requestTimeout: .seconds(10)))
+    self.session = session
+    let cache = ListingCache(lifetime: .seconds(1), keptDirectories: 4) { $0(.success(session)) }
+    let reads = { self.requests(server).filter { $0 == "read" }.count }
+    let early = try XCTUnwrap(list(cache, ["files"]))
+    XCTAssertEqual(early.names, ["first"])
+    XCTAssertFalse(early.whole, "answered by the short first reply, the confirming read out")
+    // The confirming read is done at the server; its answer is on its way back.
+    XCTAssertTrue(waitUntil(timeout: 5) { reads() == 2 }, "\(self.requests(server))")
+    FileManager.default.createFile(atPath: "\(area)/made-on-server", contents: Data())
+    let fresh = try XCTUnwrap(list(cache, ["files"], maxAge: .zero))
+    XCTAssertEqual(fresh.names.sorted(), ["first", "made-on-server"])
+    XCTAssertEqual(server.violations, [])
+  }
+
   /// A listing larger than one reply is never cut short: the first reply is full, so every
   /// caller waits for the rest.
   func testLongListingIsWholeEvenForTheFirstCaller() throws {

@@ -13,6 +13,7 @@ public final class FaultProxy: @unchecked Sendable {
   private var refusing = false
   private var stalled = false
   private var delay: TimeInterval = 0
+  private var replyDelay: TimeInterval = 0
   private var cutNextMessage = false
   private let stallCondition = NSCondition()
   /// Connections accepted so far.
@@ -68,6 +69,14 @@ public final class FaultProxy: @unchecked Sendable {
     lock.unlock()
   }
 
+  /// Holds every chunk from the server this long more before forwarding it: answers come
+  /// late while requests reach the server at once.
+  public func setReplyDelay(_ seconds: TimeInterval) {
+    lock.lock()
+    replyDelay = seconds
+    lock.unlock()
+  }
+
   public func stop() {
     listener.close()
     cut()
@@ -91,12 +100,12 @@ public final class FaultProxy: @unchecked Sendable {
       lock.lock()
       pairs.append((client, server))
       lock.unlock()
-      Thread.detachNewThread { [self] in pump(from: client, to: server) }
-      Thread.detachNewThread { [self] in pump(from: server, to: client) }
+      Thread.detachNewThread { [self] in pump(from: client, to: server, replies: false) }
+      Thread.detachNewThread { [self] in pump(from: server, to: client, replies: true) }
     }
   }
 
-  private func pump(from source: SocketTransport, to destination: SocketTransport) {
+  private func pump(from source: SocketTransport, to destination: SocketTransport, replies: Bool) {
     defer {
       source.close()
       destination.close()
@@ -106,7 +115,7 @@ public final class FaultProxy: @unchecked Sendable {
       while stalled { stallCondition.wait() }
       stallCondition.unlock()
       lock.lock()
-      let wait = delay
+      let wait = delay + (replies ? replyDelay : 0)
       let cutting = cutNextMessage
       if cutting { cutNextMessage = false }
       lock.unlock()

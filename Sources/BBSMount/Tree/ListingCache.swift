@@ -42,7 +42,15 @@ final class ListingCache: Sendable {
 
   private struct Waiter {
     let needsComplete: Bool
+    /// A listing asked for before this does not answer it (the caller wants the directory
+    /// as it was no longer than its `maxAge` ago); nil: any listing on its way does.
+    let notBefore: ContinuousClock.Instant?
     let callback: Callback
+
+    /// Whether a listing asked for at `requested` answers this waiter.
+    func accepts(listingRequestedAt requested: ContinuousClock.Instant) -> Bool {
+      notBefore.map { requested >= $0 } ?? true
+    }
   }
 
   private struct OpenDirectory {
@@ -105,7 +113,10 @@ final class ListingCache: Sendable {
         // Fresh, or the link is down and what the mount last saw is the best answer there is.
         return .answer(Listing(stats: cached.stats, requested: cached.requested))
       }
-      let waiter = Waiter(needsComplete: complete, callback: callback)
+      // A listing on its way was asked for before now: it answers this caller only if that is
+      // recent enough (a rewind must see what was made on the server meanwhile).
+      let waiter = Waiter(
+        needsComplete: complete, notBefore: maxAge.map { .now - $0 }, callback: callback)
       if s.fetching[path] != nil {
         s.fetching[path]?.append(waiter)
         return .wait
@@ -273,16 +284,19 @@ final class ListingCache: Sendable {
         s.entries[path] = Entry(stats: stats, fetched: .now, requested: asked, complete: false)
       }
       let waiting = s.fetching[path] ?? []
-      s.fetching[path] = waiting.filter(\.needsComplete)
-      return (asked, waiting)
+      let answered = { (waiter: Waiter) in
+        !waiter.needsComplete && waiter.accepts(listingRequestedAt: asked)
+      }
+      s.fetching[path] = waiting.filter { !answered($0) }
+      return (asked, waiting.filter(answered))
     }
     let listing = Listing(stats: stats, requested: asked)
-    for waiter in waiting where !waiter.needsComplete { waiter.callback(.success(listing)) }
+    for waiter in waiting { waiter.callback(.success(listing)) }
   }
 
   private func finish(_ path: [String], _ listed: Result<[Stat], NinePError>) {
-    let (result, waiting) = state.withLock {
-      s -> (Result<Listing, NinePError>, [Waiter]) in
+    let (result, waiting, again) = state.withLock {
+      s -> (Result<Listing, NinePError>, [Waiter], Bool) in
       let asked = s.requested.removeValue(forKey: path) ?? .now
       let outdated = s.invalidated.removeValue(forKey: path) != nil
       var result = listed.map { Listing(stats: $0, requested: asked) }
@@ -299,8 +313,17 @@ final class ListingCache: Sendable {
       case .failure:
         if s.entries[path]?.complete == false { s.entries[path] = nil }
       }
-      return (result, s.fetching.removeValue(forKey: path) ?? [])
+      var waiting = s.fetching.removeValue(forKey: path) ?? []
+      guard case .success = listed else { return (result, waiting, false) }
+      // Those who asked for a newer listing than this one get the next.
+      let later = waiting.filter { !$0.accepts(listingRequestedAt: asked) }
+      guard !later.isEmpty else { return (result, waiting, false) }
+      waiting.removeAll { !$0.accepts(listingRequestedAt: asked) }
+      s.fetching[path] = later
+      s.requested[path] = .now
+      return (result, waiting, true)
     }
     for waiter in waiting { waiter.callback(result) }
+    if again { fetch(path) }
   }
 }
