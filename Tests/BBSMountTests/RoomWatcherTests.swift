@@ -183,12 +183,16 @@ final class RoomWatcherTests: XCTestCase {
     let text = { (feed: RoomFeed) in
       String(decoding: feed.read(at: 0, count: 1 << 20), as: UTF8.self)
     }
+    // A line's event is recorded first, its mention and count after it: wait for all three.
     XCTAssertTrue(
-      waitUntil(timeout: 10) { text(events).components(separatedBy: "\tmessage\t").count == 4 },
-      text(events))
+      waitUntil(timeout: 10) {
+        text(events).components(separatedBy: "\tmessage\t").count == 4
+          && text(mentions).split(separator: "\n").count == 2
+          && awareness.ledger.all == ["lobby": 1, "tech": 1]
+      }, text(events) + text(mentions))
     XCTAssertEqual(awareness.ledger.all, ["lobby": 1, "tech": 1])
     let mentioned = text(mentions).split(separator: "\n")
-    XCTAssertEqual(mentioned.count, 2, text(mentions))
+    guard mentioned.count == 2 else { return XCTFail(text(mentions)) }
     XCTAssertTrue(mentioned[0].hasPrefix("- ["), "the opening line")
     XCTAssertTrue(mentioned[0].hasSuffix("mount9bbs: mentions of alice"), String(mentioned[0]))
     XCTAssertTrue(mentioned[1].hasPrefix("tech ["), String(mentioned[1]))
