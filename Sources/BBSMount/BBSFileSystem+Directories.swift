@@ -51,10 +51,10 @@ extension BBSFileSystem {
     guard stale, let node else {
       return serve(request, entries, size: size, offset: offset, plus: plus)
     }
-    // rewinddir, or a listing from before the mount's own change: list the directory again
-    // (what was listed is the answer if that fails).
+    // rewinddir, or a listing from before the mount's own change: list the directory again,
+    // asked for now (what was listed is the answer if that fails).
     answersInterrupts(request)
-    tree.entries(of: node) { [self] listed in
+    tree.entries(of: node, asOfNow: true) { [self] listed in
       var fresh = entries
       if case .success(let again) = listed {
         directory.replace(again)

@@ -42,11 +42,12 @@ final class ListingCacheTests: XCTestCase {
   }
 
   private func list(
-    _ cache: ListingCache, _ path: [String], maxAge: Duration? = nil, complete: Bool = false
+    _ cache: ListingCache, _ path: [String], maxAge: Duration? = nil, complete: Bool = false,
+    asOfNow: Bool = false
   ) -> (names: [String], whole: Bool)? {
     let done = DispatchSemaphore(value: 0)
     let result = LockedBox<[String]?>(nil)
-    cache.listing(path, maxAge: maxAge, complete: complete) { listed in
+    cache.listing(path, maxAge: maxAge, complete: complete, asOfNow: asOfNow) { listed in
       if case .success(let listing) = listed { result.value = listing.stats.map(\.name) }
       done.signal()
     }
@@ -85,7 +86,7 @@ final class ListingCacheTests: XCTestCase {
     XCTAssertEqual(server.violations, [])
   }
 
-  /// A caller that wants the directory as it is now (`maxAge: .zero`: a `rewinddir`) is not
+  /// A caller that wants the directory as it is now (`asOfNow`: a `rewinddir`) is not
   /// answered by a listing asked for before it: a file made on the server after that
   /// listing's last read shows. (A rewound directory descriptor in a loaded full run missed a
   /// file made between its two reads: the second joined the first's confirming read, done
@@ -114,8 +115,18 @@ final class ListingCacheTests: XCTestCase {
     // The confirming read is done at the server; its answer is on its way back.
     XCTAssertTrue(waitUntil(timeout: 5) { reads() == 2 }, "\(self.requests(server))")
     FileManager.default.createFile(atPath: "\(area)/made-on-server", contents: Data())
-    let fresh = try XCTUnwrap(list(cache, ["files"], maxAge: .zero))
-    XCTAssertEqual(fresh.names.sorted(), ["first", "made-on-server"])
+    // An `ls` takes the listing on its way (a round trip less on a radio link)...
+    let joined = try XCTUnwrap(list(cache, ["files"], maxAge: .zero))
+    XCTAssertEqual(joined.names, ["first"])
+    // ...a rewind does not. Another listing, answered by its short first reply; its
+    // confirming read done at the server, the answer on its way.
+    let second = try XCTUnwrap(list(cache, ["files"], maxAge: .zero))
+    XCTAssertEqual(second.names.sorted(), ["first", "made-on-server"])
+    XCTAssertFalse(second.whole)
+    XCTAssertTrue(waitUntil(timeout: 5) { reads() == 4 }, "\(self.requests(server))")
+    FileManager.default.createFile(atPath: "\(area)/made-later", contents: Data())
+    let fresh = try XCTUnwrap(list(cache, ["files"], maxAge: .zero, asOfNow: true))
+    XCTAssertEqual(fresh.names.sorted(), ["first", "made-later", "made-on-server"])
     XCTAssertEqual(server.violations, [])
   }
 

@@ -43,7 +43,7 @@ final class ListingCache: Sendable {
   private struct Waiter {
     let needsComplete: Bool
     /// A listing asked for before this does not answer it (the caller wants the directory
-    /// as it was no longer than its `maxAge` ago); nil: any listing on its way does.
+    /// as it is at its call: see `asOfNow`); nil: any listing on its way does.
     let notBefore: ContinuousClock.Instant?
     let callback: Callback
 
@@ -98,8 +98,11 @@ final class ListingCache: Sendable {
   ///
   /// - Parameter complete: wait for the confirming read when only a short first reply is in
   ///   (a lookup that did not find its name asks this before answering ENOENT).
+  /// - Parameter asOfNow: only a listing asked for after this call answers (a `rewinddir`
+  ///   sees what was made before it); otherwise one already on its way answers too, saving a
+  ///   round trip (an `ls` that joins another's listing of the same directory).
   func listing(
-    _ path: [String], maxAge: Duration? = nil, complete: Bool = false,
+    _ path: [String], maxAge: Duration? = nil, complete: Bool = false, asOfNow: Bool = false,
     _ callback: @escaping Callback
   ) {
     let down = !linkIsUp()
@@ -113,10 +116,8 @@ final class ListingCache: Sendable {
         // Fresh, or the link is down and what the mount last saw is the best answer there is.
         return .answer(Listing(stats: cached.stats, requested: cached.requested))
       }
-      // A listing on its way was asked for before now: it answers this caller only if that is
-      // recent enough (a rewind must see what was made on the server meanwhile).
       let waiter = Waiter(
-        needsComplete: complete, notBefore: maxAge.map { .now - $0 }, callback: callback)
+        needsComplete: complete, notBefore: asOfNow ? .now : nil, callback: callback)
       if s.fetching[path] != nil {
         s.fetching[path]?.append(waiter)
         return .wait

@@ -178,14 +178,15 @@ final class MountTree: Sendable {
   }
 
   /// A fresh listing of `node` as directory entries, `.` and `..` first (as a local file
-  /// system lists them; readdirplus links neither).
+  /// system lists them; readdirplus links neither). `asOfNow`: not one already on its way
+  /// (see ``ListingCache/listing(_:maxAge:complete:asOfNow:_:)``).
   func entries(
-    of node: InodeTable.Node,
+    of node: InodeTable.Node, asOfNow: Bool = false,
     _ completion: @escaping @Sendable (Result<[DirectoryEntry], NinePError>) -> Void
   ) {
     if node.kind == .roomLogs { return RoomLogs.entries(of: node, in: self, completion) }
     let chat = attributes.classifier.isChatDirectory(node.path)
-    listings.listing(node.path, maxAge: .zero) { [self] listed in
+    listings.listing(node.path, maxAge: .zero, asOfNow: asOfNow) { [self] listed in
       completion(
         listed.map { listing in
           let parent = inodes.inode(for: Array(node.path.dropLast())) ?? .root
