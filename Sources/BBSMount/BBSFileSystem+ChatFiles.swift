@@ -44,10 +44,7 @@ extension BBSFileSystem {
     RoomHandle.open(
       request, feed: feed, inode: node.inode, poster: poster, info: info, handles: handles,
       passes: followPasses
-    ) { [awareness, weak feed] offset in
-      guard let feed else { return }
-      awareness.roomRead(room, through: offset, of: feed)
-    }
+    ) { [awareness] offset in awareness.roomRead(room, through: offset, of: feed) }
   }
 
   /// A transcript in `chat/log/`: read only, whoever asks (mode 0444 and root alike).

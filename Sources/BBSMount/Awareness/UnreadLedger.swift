@@ -10,6 +10,11 @@ final class UnreadLedger: Sendable {
   struct Place: Sendable, Equatable {
     let feed: ObjectIdentifier
     let offset: UInt64
+
+    /// Whether this place is beyond `other` (a place in another feed, or none, is behind).
+    func isPast(_ other: Place?) -> Bool {
+      other.map { $0.feed != feed || $0.offset < offset } ?? true
+    }
   }
 
   private struct State {
@@ -68,9 +73,7 @@ final class UnreadLedger: Sendable {
       guard state.counts[room] != nil || state.counts.count < Self.maximumRooms else {
         return false
       }
-      if let end, let read = state.readTo[room], read.feed == end.feed, end.offset <= read.offset {
-        return false
-      }
+      if let end, !end.isPast(state.readTo[room]) { return false }
       state.counts[room, default: 0] += lines
       return true
     }
@@ -81,11 +84,10 @@ final class UnreadLedger: Sendable {
   /// or before it are not unread).
   func read(_ room: String, through place: Place? = nil) {
     let changed = state.withLock { state in
-      if let place, state.readTo[room] != nil || state.readTo.count < Self.maximumRooms {
-        let earlier = state.readTo[room]
-        if earlier?.feed != place.feed || earlier.map({ $0.offset < place.offset }) ?? true {
-          state.readTo[room] = place
-        }
+      if let place, place.isPast(state.readTo[room]),
+        state.readTo[room] != nil || state.readTo.count < Self.maximumRooms
+      {
+        state.readTo[room] = place
       }
       guard let count = state.counts[room], count != 0 else { return false }
       state.counts[room] = 0

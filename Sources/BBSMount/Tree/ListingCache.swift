@@ -314,15 +314,15 @@ final class ListingCache: Sendable {
       case .failure:
         if s.entries[path]?.complete == false { s.entries[path] = nil }
       }
-      var waiting = s.fetching.removeValue(forKey: path) ?? []
+      let waiting = s.fetching.removeValue(forKey: path) ?? []
       guard case .success = listed else { return (result, waiting, false) }
       // Those who asked for a newer listing than this one get the next.
       let later = waiting.filter { !$0.accepts(listingRequestedAt: asked) }
-      guard !later.isEmpty else { return (result, waiting, false) }
-      waiting.removeAll { !$0.accepts(listingRequestedAt: asked) }
-      s.fetching[path] = later
-      s.requested[path] = .now
-      return (result, waiting, true)
+      if !later.isEmpty {
+        s.fetching[path] = later
+        s.requested[path] = .now
+      }
+      return (result, waiting.filter { $0.accepts(listingRequestedAt: asked) }, !later.isEmpty)
     }
     for waiter in waiting { waiter.callback(result) }
     if again { fetch(path) }
