@@ -390,7 +390,11 @@ final class LinkFailoverTests: XCTestCase {
     XCTAssertEqual(
       chatTexts(reader.text).filter { $0.hasPrefix("d ") }, (1...posts).map { "d \($0)" },
       "lines lost, repeated or reordered")
-    let violations = server.text.split(separator: "\n").filter { $0.contains("disconnecting") }
+    // The channel's cut (out of range) can reach the board as a reset, as a radio's drop does:
+    // that session ended with the link, not for a wire rule broken.
+    let violations = server.text.split(separator: "\n").filter {
+      $0.contains("disconnecting") && !$0.contains("Connection reset by peer")
+    }
     XCTAssertEqual(violations, [], "the board dropped a session: \(logs)")
   }
 }
