@@ -86,6 +86,7 @@ let package = Package(
       dependencies: [
         "FuseKit", "NinePProtocol", "NinePTransport", "NinePClient", "CSdBus",
         .product(name: "Logging", package: "swift-log"),
+        .product(name: "DequeModule", package: "swift-collections"),
       ]),
 
     // Finding 9BBS servers: BLE (9PIS through BlueZ over sd-bus) and LAN (mDNS through Avahi).

@@ -46,10 +46,11 @@ extension InodeTable {
     }
   }
 
-  /// A write to `inode` was answered by the server (or failed).
-  func writeLanded(_ inode: FuseInode) {
+  /// `writes` writes to `inode` were answered by the server (or failed, or were dropped). Not
+  /// clamped at 0: write-behind may report a write settled just before its start is counted.
+  func writeLanded(_ inode: FuseInode, writes: Int = 1) {
     changeLocally(inode) { change in
-      change.writesInFlight = max(0, change.writesInFlight - 1)
+      change.writesInFlight -= writes
       change.landed = .now
     }
   }

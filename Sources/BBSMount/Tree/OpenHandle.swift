@@ -102,7 +102,13 @@ final class RemoteFileHandle: OpenHandle {
     self.inode = inode
     self.inodes = inodes
     self.pageCache = pageCache
-    writes = WriteBehind(limit: file.writeBehindLimit)
+    writes = WriteBehind(
+      limit: file.writeBehindLimit,
+      hooks: WriteBehind.Hooks(
+        // Before the kernel hears a write is done: its size must never be answered smaller.
+        taken: { [inodes, inode] end in inodes.writeStarted(inode, end: end) },
+        settled: { [inodes, inode] writes in inodes.writeLanded(inode, writes: writes) })
+    ) { [file] data, offset, done in file.write(data, at: offset, done) }
     readAhead =
       file.readsAhead && !file.mode.allowsWriting
       ? ReadAhead(file: file, depth: ReadAhead.defaultDepth, size: size) {
@@ -239,7 +245,7 @@ final class RemoteFileHandle: OpenHandle {
 
   func read(_ request: FuseRequest, size: Int, offset: UInt64) {
     // A read sees this handle's earlier writes: they land first.
-    writes.drain(reporting: false) { [self] _ in
+    writes.drain { [self] _ in
       let group = RequestGroup()
       let pending = PendingReply(request) { [file] _ in file.cancel(group) }
       guard !pending.isAnswered else { return }
@@ -259,18 +265,10 @@ final class RemoteFileHandle: OpenHandle {
   }
 
   func write(_ request: FuseRequest, data: [UInt8], offset: UInt64) {
-    // Ctrl-C ends a write the server does not answer (or one waiting for room behind
-    // others); the Twrite may still land.
-    request.onInterrupt { $0.replyError(EINTR) }
+    // Ctrl-C ends a write waiting for room unwritten (WriteBehind), or one the server does
+    // not answer on a link without write-behind (its Twrite may still land).
     pageCache.forget(inode)
-    writes.write(request, data: data, offset: offset) { [self] data, offset, done in
-      // Before the kernel hears the write is done: its size must never be answered smaller.
-      inodes.writeStarted(inode, end: offset + UInt64(data.count))
-      file.write(data, at: offset) { [self] result in
-        inodes.writeLanded(inode)
-        done(result)
-      }
-    }
+    writes.write(request, data: data, offset: offset)
   }
 
   func flush(_ request: FuseRequest) {
@@ -281,7 +279,7 @@ final class RemoteFileHandle: OpenHandle {
 
   /// Calls `body` once this handle's writes have landed (failures stay for its close).
   func whenWritesLanded(_ body: @escaping @Sendable () -> Void) {
-    writes.drain(reporting: false) { _ in body() }
+    writes.drain { _ in body() }
   }
 
   func fsync(_ request: FuseRequest) {
@@ -291,7 +289,7 @@ final class RemoteFileHandle: OpenHandle {
 
   func release() {
     readAhead?.close()
-    writes.drain(reporting: false) { [file] _ in file.close() }
+    writes.drain { [file] _ in file.close() }
   }
 }
 
