@@ -20,7 +20,7 @@ struct BBSDaemonCommand: ParsableCommand {
     commandName: "9bbsd",
     abstract: "Serve a 9BBS bulletin board over 9P2000.",
     discussion: """
-      Serves /etc, /rooms and /chat like a 9BBS board, over TCP, Unix or seqpacket sockets. \
+      Serves /etc, /rooms and /chat like a 9BBS board, over TCP, Unix or seqpacket sockets or Bluetooth LE L2CAP channels. \
       With --profile device it reproduces a real board's limits and quirks and disconnects a \
       client that breaks the board's wire rules. With --profile gen1 it reproduces the \
       "Gen-1" board (9p4z's 9BBS at 9aa8a00): the device's limits, chat reads that never \
@@ -55,7 +55,8 @@ struct BBSDaemonCommand: ParsableCommand {
 
   @Option(
     name: .customLong("listen"),
-    help: "Listen address: tcp:host:port, unix:/path or seqpacket:/path[:sdu] (repeatable).")
+    help:
+      "Listen address: tcp:host:port, unix:/path, seqpacket:/path[:sdu], or l2cap:PSM (Bluetooth LE channels on every adapter; l2cap:BDADDR:PSM on one) (repeatable).")
   var listen: [String] = []
 
   @Flag(help: "Serve one session on standard input and output.")

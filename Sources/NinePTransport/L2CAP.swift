@@ -13,6 +13,11 @@ func connectL2CAP(
   guard let bytes = parseBluetoothAddress(bdaddr) else {
     throw .badDialString(address.description, reason: "'\(bdaddr)' is not a Bluetooth address")
   }
+  guard bdaddr != TransportAddress.anyBluetoothAddress else {
+    throw .badDialString(
+      address.description,
+      reason: "l2cap:PSM listens on every adapter; to connect, name the board: l2cap:BDADDR:PSM")
+  }
   let fd: Int32
   switch makeSocket(
     family: AF_BLUETOOTH, type: Int32(SOCK_SEQPACKET.rawValue), proto: BTPROTO_L2CAP)
@@ -82,9 +87,17 @@ private func configureL2CAP(_ fd: Int32, options: DialOptions, address: Transpor
     }
   }
   guard bound == 0 else { throw .io(operation: "L2CAP bind", errno: errno) }
+  try setChannelOptions(
+    fd, security: options.l2capSecurity, receiveMTU: options.l2capReceiveMTU)
+}
 
+/// Security level, LE credit-based flow-control mode and receive MTU: before a connect, or on
+/// a listening socket (accepted channels inherit them).
+private func setChannelOptions(_ fd: Int32, security level: BluetoothSecurity, receiveMTU: Int)
+  throws(TransportError)
+{
   var security = bt_security()
-  switch options.l2capSecurity {
+  switch level {
   case .low: security.level = UInt8(BT_SECURITY_LOW)
   case .medium: security.level = UInt8(BT_SECURITY_MEDIUM)
   case .high: security.level = UInt8(BT_SECURITY_HIGH)
@@ -102,16 +115,74 @@ private func configureL2CAP(_ fd: Int32, options: DialOptions, address: Transpor
     }
   }
 
-  var receiveMTU = UInt16(clamping: options.l2capReceiveMTU)
+  var mtu = UInt16(clamping: receiveMTU)
   guard
-    setsockopt(fd, SOL_BLUETOOTH, BT_RCVMTU, &receiveMTU, socklen_t(MemoryLayout<UInt16>.size))
-      == 0
+    setsockopt(fd, SOL_BLUETOOTH, BT_RCVMTU, &mtu, socklen_t(MemoryLayout<UInt16>.size)) == 0
   else { throw .io(operation: "L2CAP receive MTU option", errno: errno) }
+}
+
+/// A listening LE L2CAP socket on `psm` of the adapter `bdaddr` (``TransportAddress/
+/// anyBluetoothAddress``: every adapter), non-blocking and close-on-exec, with `receiveMTU`
+/// for its channels. Errors say what a sysop can do about them.
+func listenL2CAP(
+  bdaddr: String, psm: UInt16, receiveMTU: Int, address: TransportAddress
+) throws(TransportError) -> Int32 {
+  guard let bytes = parseBluetoothAddress(bdaddr) else {
+    throw .badDialString(address.description, reason: "'\(bdaddr)' is not a Bluetooth address")
+  }
+  let fd: Int32
+  switch makeSocket(
+    family: AF_BLUETOOTH, type: Int32(SOCK_SEQPACKET.rawValue | SOCK_NONBLOCK.rawValue),
+    proto: BTPROTO_L2CAP)
+  {
+  case .success(let descriptor): fd = descriptor
+  case .failure(let error): throw bluetoothSocketError(error.code)
+  }
+  do throws(TransportError) {
+    var local = sockaddr_l2()
+    local.l2_family = sa_family_t(AF_BLUETOOTH)
+    local.l2_psm = psm.littleEndian
+    local.l2_bdaddr = bluetoothAddress(bytes)
+    local.l2_bdaddr_type = UInt8(BDADDR_LE_PUBLIC)
+    let bound = withUnsafePointer(to: &local) {
+      $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+        bind(fd, $0, socklen_t(MemoryLayout<sockaddr_l2>.size))
+      }
+    }
+    if bound != 0 {
+      let code = errno
+      let reason =
+        switch code {
+        case EADDRINUSE: "PSM \(psmText(psm)) is in use (another server listens on it)"
+        case EACCES, EPERM:
+          "PSM \(psmText(psm)) is below 0x0080 and needs CAP_NET_BIND_SERVICE (run as root, or pick a PSM from 0x0080)"
+        case EADDRNOTAVAIL, ENODEV: "no Bluetooth adapter has the address \(bdaddr)"
+        default: errnoText(code)
+        }
+      throw TransportError.listenFailed(address: address.description, reason: reason)
+    }
+    // A listener keeps security low: a board's channels are unencrypted (its documented
+    // limit); authentication is 9P's own (Tauth).
+    try setChannelOptions(fd, security: .low, receiveMTU: receiveMTU)
+    guard Glibc.listen(fd, 16) == 0 else {
+      throw TransportError.listenFailed(address: address.description, reason: errnoText(errno))
+    }
+    return fd
+  } catch {
+    _ = Glibc.close(fd)
+    throw error
+  }
+}
+
+/// `0x0080`.
+func psmText(_ psm: UInt16) -> String {
+  let hex = String(psm, radix: 16, uppercase: true)
+  return "0x" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
 }
 
 /// The peer's receive MTU: BT_SNDMTU, or the `omtu` of L2CAP_OPTIONS on older kernels; 23 (the
 /// LE minimum) if neither answers.
-private func sendMTU(_ fd: Int32) -> Int {
+func sendMTU(_ fd: Int32) -> Int {
   var mtu: UInt16 = 0
   var length = socklen_t(MemoryLayout<UInt16>.size)
   if getsockopt(fd, SOL_BLUETOOTH, BT_SNDMTU, &mtu, &length) == 0, mtu > 0 { return Int(mtu) }
@@ -130,4 +201,10 @@ func bluetoothAddress(_ bytes: [UInt8]) -> bdaddr_t {
   guard bytes.count == 6 else { return address }
   address.b = (bytes[5], bytes[4], bytes[3], bytes[2], bytes[1], bytes[0])
   return address
+}
+
+/// The address written as people read it (`bdaddr_t` holds it the other way round).
+func formatBluetoothAddress(_ address: bdaddr_t) -> String {
+  let b = address.b
+  return formatBluetoothAddress([b.5, b.4, b.3, b.2, b.1, b.0])
 }

@@ -1,11 +1,12 @@
 import CBlueZ
 import Glibc
 
-/// A listening socket for servers (the reference server 9bbsd): tcp, unix or seqpacket.
+/// A listening socket for servers (the reference server 9bbsd): tcp, unix, seqpacket or LE
+/// L2CAP (`l2cap:PSM` on every adapter, `l2cap:BDADDR:PSM` on one).
 ///
 /// `accept()` blocks until a client connects; `close()` from another thread wakes it and it
 /// returns nil. Accepted seqpacket transports use the address's SDU limit as their
-/// `sendSDULimit`.
+/// `sendSDULimit`; accepted L2CAP channels the peer's receive MTU.
 public final class Listener: Sendable {
   /// The address actually bound: for tcp with port 0, the port the kernel chose.
   public let boundAddress: TransportAddress
@@ -14,11 +15,15 @@ public final class Listener: Sendable {
   private let gate: IOGate
   private let socketType: Int32
 
+  /// The receive MTU of accepted L2CAP channels (the largest SDU a client may send us), as the
+  /// 9PIS transport characteristic announces it.
+  public static let l2capReceiveMTU = 4096
+
   /// Binds and listens (SO_REUSEADDR; close-on-exec). A stale Unix socket file nobody listens
   /// on is removed first; the socket file is removed again on `close()`.
-  /// - Throws: `listenFailed` (e.g. address in use), `resolveFailed`, or `unsupported` for
-  ///   l2cap and fd addresses.
-  public init(address: TransportAddress) throws(TransportError) {
+  /// - Throws: `listenFailed` (e.g. address in use), `resolveFailed`, `bluetoothUnavailable`
+  ///   (no Bluetooth in the kernel), or `unsupported` for fd addresses.
+  public convenience init(address: TransportAddress) throws(TransportError) {
     let socketAddress: SocketAddress
     var unixPath: String?
     switch address {
@@ -32,7 +37,14 @@ public final class Listener: Sendable {
     case .seqpacket(let path, _):
       socketAddress = .unix(path: path, type: Int32(SOCK_SEQPACKET.rawValue))
       unixPath = path
-    case .l2cap, .fd:
+    case .l2cap(let bdaddr, let psm, _):
+      let fd = try listenL2CAP(
+        bdaddr: bdaddr, psm: psm, receiveMTU: Self.l2capReceiveMTU, address: address)
+      try self.init(
+        listening: fd, boundAddress: address, socketType: Int32(SOCK_SEQPACKET.rawValue),
+        unixPath: nil)
+      return
+    case .fd:
       throw .unsupported(operation: "listen", address: address.description)
     }
     let fail = { (code: Int32) in
@@ -56,6 +68,7 @@ public final class Listener: Sendable {
       throw fail(code)
     }
 
+    let boundAddress: TransportAddress
     switch address {
     case .tcp(let host, _):
       var storage = sockaddr_storage()
@@ -75,14 +88,23 @@ public final class Listener: Sendable {
     default:
       boundAddress = address
     }
+    try self.init(
+      listening: fd, boundAddress: boundAddress, socketType: socketAddress.type,
+      unixPath: unixPath)
+  }
+
+  /// Takes over the listening socket `fd` (closed on failure).
+  private init(
+    listening fd: Int32, boundAddress: TransportAddress, socketType: Int32, unixPath: String?
+  ) throws(TransportError) {
     self.fd = fd
-    self.socketType = socketAddress.type
+    self.boundAddress = boundAddress
+    self.socketType = socketType
     let identity = unixPath.flatMap(fileIdentity)
-    let socketPath = unixPath
     let release: @Sendable () -> Void = {
       _ = Glibc.close(fd)
       // Remove our socket file, unless someone has replaced it since.
-      if let socketPath, let identity, fileIdentity(socketPath) == identity { unlink(socketPath) }
+      if let unixPath, let identity, fileIdentity(unixPath) == identity { unlink(unixPath) }
     }
     do throws(TransportError) {
       gate = try IOGate(release: release)
@@ -143,7 +165,19 @@ public final class Listener: Sendable {
       if let (host, port) = peer.hostAndPort { peerAddress = .tcp(host: host, port: port) }
     }
     var limit: Int?
-    if case .seqpacket(_, let sduLimit) = boundAddress { limit = sduLimit }
+    switch boundAddress {
+    case .seqpacket(_, let sduLimit):
+      limit = sduLimit
+    case .l2cap:
+      limit = sendMTU(client)
+      var storage = storage
+      let peer = withUnsafeBytes(of: &storage) { $0.load(as: sockaddr_l2.self) }
+      peerAddress = .l2cap(
+        address: formatBluetoothAddress(peer.l2_bdaddr), psm: UInt16(littleEndian: peer.l2_psm),
+        addressType: peer.l2_bdaddr_type == UInt8(BDADDR_LE_PUBLIC) ? .public : .random)
+    default:
+      break
+    }
     do throws(TransportError) {
       let transport = try SocketTransport(
         address: peerAddress, readFD: client, writeFD: client,

@@ -18,7 +18,8 @@ public enum BluetoothSecurity: String, Sendable {
 /// - `seqpacket:/path` (SDU limit 245) and `seqpacket:/path:MTU`; `seqpacket!/path[!MTU]`:
 ///   a Unix `SOCK_SEQPACKET` socket standing in for an L2CAP channel
 /// - `l2cap:BDADDR:PSM[:public|random]`; `l2cap!BDADDR!PSM[!public|random]` (PSM decimal or
-///   `0x` hex; the BDADDR is always six colon-separated pairs, so the colon form is unambiguous)
+///   `0x` hex; the BDADDR is always six colon-separated pairs, so the colon form is unambiguous);
+///   `l2cap:PSM`, `l2cap!PSM`: every local adapter (``anyBluetoothAddress``), for listening
 /// - `fd:N`, `fd:R:W`; `fd!N`, `fd!R!W`; and `-` (standard input and output)
 public enum TransportAddress: Sendable, Hashable, CustomStringConvertible {
   /// A TCP server; `host` is a name or an IPv4/IPv6 literal (without brackets).
@@ -31,6 +32,9 @@ public enum TransportAddress: Sendable, Hashable, CustomStringConvertible {
   case l2cap(address: String, psm: UInt16, addressType: BluetoothAddressType)
   /// Inherited descriptors, as for v9fs `trans=fd`.
   case fd(read: Int32, write: Int32)
+
+  /// The BDADDR of `l2cap:PSM`: every local adapter (BDADDR_ANY), where a server listens.
+  public static let anyBluetoothAddress = "00:00:00:00:00:00"
 
   /// The 9P port used when a TCP dial string names none.
   public static let defaultTCPPort: UInt16 = 564
@@ -81,8 +85,8 @@ public enum TransportAddress: Sendable, Hashable, CustomStringConvertible {
       return sduLimit == Self.defaultSDULimit
         ? "seqpacket!\(path)" : "seqpacket!\(path)!\(sduLimit)"
     case .l2cap(let address, let psm, let addressType):
-      let hex = String(psm, radix: 16, uppercase: true)
-      let psmText = "0x" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
+      let psmText = psmText(psm)
+      if address == Self.anyBluetoothAddress && addressType == .public { return "l2cap!\(psmText)" }
       return addressType == .random
         ? "l2cap!\(address)!\(psmText)" : "l2cap!\(address)!\(psmText)!\(addressType.rawValue)"
     case .fd(let read, let write):
@@ -153,8 +157,9 @@ private struct DialStringParser {
       }
       return try parseSeqpacket([rest])
     case "l2cap":
-      // Six pairs of the BDADDR, the PSM, and maybe the address type.
+      // Six pairs of the BDADDR, the PSM, and maybe the address type; or the PSM alone.
       let pieces = rest.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+      if pieces.count == 1 { return try parseL2CAP(pieces) }
       guard pieces.count == 7 || pieces.count == 8 else {
         if parseBluetoothAddress(rest) != nil {
           throw fail("expected l2cap:BDADDR:PSM or l2cap:BDADDR:PSM:public|random")
@@ -224,6 +229,11 @@ private struct DialStringParser {
   }
 
   func parseL2CAP(_ rest: [String]) throws(TransportError) -> TransportAddress {
+    if rest.count == 1, parseBluetoothAddress(rest[0]) == nil {
+      return .l2cap(
+        address: TransportAddress.anyBluetoothAddress, psm: try parsePSM(rest[0]),
+        addressType: .public)
+    }
     guard rest.count == 2 || rest.count == 3 else {
       throw fail("expected l2cap!BDADDR!PSM or l2cap!BDADDR!PSM!public|random")
     }

@@ -31,6 +31,15 @@ final class DialStringTests: XCTestCase {
         .l2cap(address: "00:11:22:33:44:55", psm: 0xFFFF, addressType: .random),
         "l2cap!00:11:22:33:44:55!0xFFFF"
       ),
+      // A PSM alone: every local adapter, for a listener.
+      (
+        "l2cap!0x0080", .l2cap(address: "00:00:00:00:00:00", psm: 0x80, addressType: .public),
+        "l2cap!0x0080"
+      ),
+      (
+        "l2cap!128", .l2cap(address: "00:00:00:00:00:00", psm: 0x80, addressType: .public),
+        "l2cap!0x0080"
+      ),
       ("fd!3", .fd(read: 3, write: 3), "fd!3"),
       ("fd!3!4", .fd(read: 3, write: 4), "fd!3!4"),
       ("-", .fd(read: 0, write: 1), "fd!0!1"),
@@ -63,6 +72,7 @@ final class DialStringTests: XCTestCase {
         "l2cap:c0:ff:ee:0a:0b:0c:9:public", "l2cap!c0:ff:ee:0a:0b:0c!9!public",
         "l2cap:C0:FF:EE:0A:0B:0C:0x0009:public"
       ),
+      ("l2cap:0x80", "l2cap!0x80", "l2cap:0x0080"),
       ("fd:3", "fd!3", "fd:3"),
       ("fd:3:4", "fd!3!4", "fd:3:4"),
     ]

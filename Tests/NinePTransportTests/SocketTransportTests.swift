@@ -484,13 +484,29 @@ final class SocketTransportTests: XCTestCase {
   }
 
   func testListenerRejectsUnsupportedAddresses() {
-    for address in [
-      TransportAddress.fd(read: 0, write: 1),
-      .l2cap(address: "C0:FF:EE:00:00:01", psm: 0x80, addressType: .random),
-    ] {
-      XCTAssertThrowsError(try Listener(address: address)) { error in
-        XCTAssertEqual(
-          error as? TransportError, .unsupported(operation: "listen", address: address.description))
+    let address = TransportAddress.fd(read: 0, write: 1)
+    XCTAssertThrowsError(try Listener(address: address)) { error in
+      XCTAssertEqual(
+        error as? TransportError, .unsupported(operation: "listen", address: address.description))
+    }
+  }
+
+  /// `l2cap:PSM` listens; on a kernel without Bluetooth (these machines) it says so in one
+  /// line. (scripts/bluetooth-vm runs the real thing against the kernel's Bluetooth stack.)
+  func testAnL2CAPListenerSaysWhenTheKernelHasNoBluetooth() throws {
+    let probe = socket(AF_BLUETOOTH, Int32(SOCK_SEQPACKET.rawValue), 0)  // BTPROTO_L2CAP
+    if probe >= 0 { close(probe) }
+    let kernelHasBluetooth = probe >= 0 || errno != EAFNOSUPPORT
+    for text in ["l2cap:0x0080", "l2cap:00:00:00:00:00:00:0x0081"] {
+      let address = try TransportAddress(parsing: text)
+      do {
+        let listener = try Listener(address: address)
+        XCTAssertTrue(kernelHasBluetooth, "listening on \(text) without Bluetooth")
+        listener.close()
+      } catch {
+        XCTAssertFalse(kernelHasBluetooth, "\(error)")
+        guard case .bluetoothUnavailable(let reason) = error else { return XCTFail("\(error)") }
+        XCTAssertTrue(reason.contains("no Bluetooth support"), reason)
       }
     }
   }
@@ -600,6 +616,17 @@ final class SocketTransportTests: XCTestCase {
       }
       XCTAssertTrue("\(error)".contains("Bluetooth"), "\(error)")
       XCTAssertFalse(reason.isEmpty)
+    }
+  }
+
+  /// `l2cap:PSM` names every local adapter: a listener's address, never a board to dial.
+  func testDialingAnL2CAPListenAddressSaysToNameTheBoard() throws {
+    let address = try TransportAddress(parsing: "l2cap:0x0080")
+    XCTAssertThrowsError(try dial(address)) { error in
+      guard case .badDialString(_, let reason)? = error as? TransportError else {
+        return XCTFail("\(error)")
+      }
+      XCTAssertTrue(reason.contains("l2cap:BDADDR:PSM"), reason)
     }
   }
 }

@@ -16,8 +16,8 @@ final class Connection: Sendable {
   }
 
   let id: Int
-  /// The client's TCP host, for the per-address cap and as the poster of its guests; nil for
-  /// Unix-socket, seqpacket and standard-input clients.
+  /// The client's TCP host or Bluetooth address, for the per-address cap and as the poster of
+  /// its guests; nil for Unix-socket, seqpacket and standard-input clients (local ones).
   let host: String?
   /// When the connection was accepted.
   let opened = ContinuousClock.now
@@ -35,7 +35,10 @@ final class Connection: Sendable {
     self.id = id
     self.transport = transport
     self.server = server
-    if case .tcp(let host, _) = transport.address { self.host = host } else { self.host = nil }
+    switch transport.address {
+    case .tcp(let host, _), .l2cap(let host, _, _): self.host = host
+    default: self.host = nil
+    }
     self.logger = server.logger
     let socket = transport as? SocketTransport
     raw = server.configuration.profile == .device && socket?.isPacket == true ? socket : nil

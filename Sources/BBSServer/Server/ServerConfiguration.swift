@@ -37,7 +37,8 @@ public struct BBSServerConfiguration: Sendable {
   /// The default listen address of `9bbsd` (the 9P port is 564; this one needs no root).
   public static let defaultListen = "tcp!127.0.0.1!5640"
 
-  /// Dial strings to listen on: `tcp!host!port`, `unix!/path`, `seqpacket!/path[!sdu]`.
+  /// Dial strings to listen on: `tcp!host!port`, `unix!/path`, `seqpacket!/path[!sdu]`,
+  /// `l2cap!PSM` (LE credit-based channels on every adapter) or `l2cap!BDADDR!PSM` (on one).
   public var listen: [String]
   /// Which board to imitate.
   public var profile: BBSProfile
