@@ -58,8 +58,9 @@ final class ConnectionHandler: Sendable {
   let wakeQueue: DispatchQueue
   let state: Mutex<State>
   let limiter: PostingLimiter
-  /// The client's TCP host: who posts when the user is no verified identity. Nil for local
-  /// clients (Unix sockets, seqpacket, standard input), whose posting is not limited.
+  /// The client's TCP host or Bluetooth address: who posts when the user is no verified
+  /// identity. Nil for local clients (Unix sockets, seqpacket, standard input), whose posting
+  /// is not limited.
   let address: String?
 
   /// Device or gen1: a board's fid, create, remove and wstat rules.
@@ -70,7 +71,7 @@ final class ConnectionHandler: Sendable {
   /// - Parameters:
   ///   - send: sends frames in order, atomically with respect to other sends.
   ///   - limiter: the server's posting allowance, shared by every session.
-  ///   - address: the client's TCP host; nil for a local client.
+  ///   - address: the client's TCP host or Bluetooth address; nil for a local client.
   init(
     id: Int, namespace: Namespace, configuration: BBSServerConfiguration, logger: Logger,
     wakeQueue: DispatchQueue, limiter: PostingLimiter, address: String?,
