@@ -56,7 +56,8 @@ struct BBSDaemonCommand: ParsableCommand {
   @Option(
     name: .customLong("listen"),
     help:
-      "Listen address: tcp:host:port, unix:/path, seqpacket:/path[:sdu], or l2cap:PSM (Bluetooth LE channels on every adapter; l2cap:BDADDR:PSM on one) (repeatable).")
+      "Listen address: tcp:host:port, unix:/path, seqpacket:/path[:sdu], or l2cap:PSM (Bluetooth LE channels on every adapter; l2cap:BDADDR:PSM on one) (repeatable)."
+  )
   var listen: [String] = []
 
   @Flag(help: "Serve one session on standard input and output.")
