@@ -94,7 +94,11 @@ final class Command: @unchecked Sendable {
           if chunk.isEmpty { openStreams -= 1 } else if isOut { out += chunk } else { err += chunk }
           cond.broadcast()
           cond.unlock()
-          if chunk.isEmpty { return }
+          if chunk.isEmpty {
+            // Closed at the end, not when the Command goes: see ChildProcess.start.
+            try? handle.close()
+            return
+          }
         }
       }
     }

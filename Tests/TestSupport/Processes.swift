@@ -72,8 +72,12 @@ public final class ChildProcess: @unchecked Sendable {
           ended = true
         }
         lock.unlock()
-        if count <= 0 { return }
+        if count <= 0 { break }
       }
+      // Closed here, not when the ChildProcess goes: Foundation keeps Process objects (and so
+      // their pipes) alive long after exit, and a run of the suite leaked a descriptor per child
+      // until Process.run itself crashed (its /proc/self/fd scan over-reads past 1,300 entries).
+      try? output.fileHandleForReading.close()
     }
     reader.start()
   }
