@@ -65,6 +65,11 @@ public final class Pool: Sendable {
   ) {
     precondition(!addresses.isEmpty, "a pool needs at least one address")
     self.addresses = addresses
+    var configuration = configuration
+    if configuration.profile == .device, configuration.board == nil {
+      // One board, one worker: every session this pool opens shares its queue.
+      configuration.board = BoardQueue(parkTime: configuration.parkGrace)
+    }
     self.configuration = configuration
     self.maxSessions = max(1, maxSessions)
     self.dialOptions = dialOptions

@@ -47,6 +47,9 @@ public struct SessionConfiguration: Sendable {
   public var parkingTurn: Duration = .seconds(1)
   /// Prove an identity with Tauth before attaching; nil attaches as `uname` without.
   public var authentication: Authentication?
+  /// Device profile: the board's one work queue, shared by the sessions a ``Pool`` opens to it
+  /// (the pool makes one), so a park grace counts the other sessions' requests.
+  public var board: BoardQueue?
 
   public init(
     profile: ServerProfile, uname: String, aname: String = "", requestedMsize: UInt32? = nil,

@@ -248,7 +248,7 @@ struct TagTable<Callback> {
       ]
     }
     // What the request held on the wire is free once the server has answered.
-    discipline.didReceiveReply(tag: tag)
+    discipline.didReceiveReply(tag: tag, now: now)
     if !request.traits.mayPark, let sentAt = request.sentAt {
       let sample = sentAt.duration(to: now)
       roundTrip = roundTrip == .zero ? sample : (roundTrip * 7 + sample) / 8
@@ -256,7 +256,7 @@ struct TagTable<Callback> {
     if request.isFlush {
       free(tag)
       guard let target = request.flushTarget else { return [] }
-      return finishFlushed(target)
+      return finishFlushed(target, now: now)
     }
     // A second reply to a flushed request whose tag waits for the Rflush: nothing to do.
     if request.answered { return [] }
@@ -291,11 +291,11 @@ struct TagTable<Callback> {
 
   /// The Rflush for a flush of request `target` came: the request is over and only now may
   /// its tag be used again. If its reply did not cross the flush, it ends here.
-  private mutating func finishFlushed(_ target: UInt64) -> [Action] {
+  private mutating func finishFlushed(_ target: UInt64, now: ContinuousClock.Instant) -> [Action] {
     guard let request = requests[target], let tag = request.tag, inFlight[tag] == target else {
       return []
     }
-    discipline.didReceiveReply(tag: tag)
+    discipline.didReceiveReply(tag: tag, now: now)
     free(tag)
     guard !request.answered, !request.abandoned, let callback = request.callback else { return [] }
     return [.complete(id: target, callback: callback, result: .failure(.flushed))]
@@ -369,7 +369,7 @@ struct TagTable<Callback> {
       }
       if let tag = request.tag {
         actions.append(.flushingLateRequest(request.message))
-        discipline.didTimeOut(tag: tag)
+        discipline.didTimeOut(tag: tag, now: now)
         enqueueFlush(of: id, now: now)
       } else {
         queue.removeAll { $0 == id }
@@ -414,9 +414,10 @@ struct TagTable<Callback> {
 
   /// Closes the table: every caller not yet answered is answered `.sessionClosed(reason)`, in
   /// the order of submission, and every later request is refused. Only the first close acts.
-  mutating func close(reason: String) -> [Action] {
+  mutating func close(reason: String, now: ContinuousClock.Instant = .now) -> [Action] {
     guard closedReason == nil else { return [] }
     closedReason = reason
+    discipline.didClose(now: now)
     let pending = requests.sorted { $0.key < $1.key }
     requests.removeAll()
     queue.removeAll()

@@ -11,7 +11,9 @@
 // - Busy: one non-parked request in flight at a time.
 // - Grace: after a read that may park, nothing else goes for `parkGrace` (or three smoothed
 //   round trips if longer), since the board gives no sign that the read has parked; only that
-//   read's own reply ends the grace early.
+//   read's own reply ends the grace early. The board's one worker serves every channel in
+//   turn, so with a ``BoardQueue`` the grace starts only once the requests that went out
+//   before the read on the board's other sessions are done.
 // - One read per fid: a second Tread on a fid would cancel the parked one.
 // Both profiles:
 // - Parked-read slots: at most `maxParkedReads` reads that may park in flight.
@@ -46,6 +48,8 @@ struct WireDiscipline: Sendable {
   private struct Held {
     var request: Request
     var sentAt: ContinuousClock.Instant
+    /// Its place in the board's queue.
+    var ticket: BoardQueue.Ticket?
     /// A Tflush for it is on its way: it is giving its slot up already.
     var flushing = false
   }
@@ -54,6 +58,8 @@ struct WireDiscipline: Sendable {
   let maxParkedReads: Int
   let parkGrace: Duration
   let parkingTurn: Duration
+  /// The board's work queue, shared with its other sessions (device profile, in a pool).
+  let board: BoardQueue?
 
   /// Requests sent and not yet answered (or flushed), by tag.
   private var held: [Tag: Held] = [:]
@@ -62,22 +68,40 @@ struct WireDiscipline: Sendable {
   private var readingFids: Set<Fid> = []
   /// Device: the non-parked request that keeps the channel busy.
   private var busyTag: Tag?
-  /// Device: the channel counts as busy until then (the grace after a read that may park)…
-  private var graceUntil: ContinuousClock.Instant?
-  /// …unless the reply of that read, and only that read, comes first.
-  private var graceTag: Tag?
+  /// Device: the grace after a read that may park. The channel counts as busy until `length`
+  /// after the board's worker could take the read up, unless the reply of that read, and only
+  /// that read, comes first.
+  private var grace: Grace?
 
-  init(profile: ServerProfile, maxParkedReads: Int, parkGrace: Duration, parkingTurn: Duration) {
+  private struct Grace {
+    var tag: Tag
+    var sentAt: ContinuousClock.Instant
+    var ticket: BoardQueue.Ticket?
+    var length: Duration
+  }
+
+  init(
+    profile: ServerProfile, maxParkedReads: Int, parkGrace: Duration, parkingTurn: Duration,
+    board: BoardQueue? = nil
+  ) {
     self.profile = profile
     self.maxParkedReads = maxParkedReads
     self.parkGrace = parkGrace
     self.parkingTurn = parkingTurn
+    self.board = profile == .device ? board : nil
   }
 
   init(_ configuration: SessionConfiguration) {
     self.init(
       profile: configuration.profile, maxParkedReads: configuration.maxParkedReads,
-      parkGrace: configuration.parkGrace, parkingTurn: configuration.parkingTurn)
+      parkGrace: configuration.parkGrace, parkingTurn: configuration.parkingTurn,
+      board: configuration.board)
+  }
+
+  /// When the grace ends: nil while the read still waits behind other sessions' requests.
+  private func graceEnd(_ grace: Grace, now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+    guard let board, let ticket = grace.ticket else { return grace.sentAt + grace.length }
+    return board.workerFree(before: ticket, sentAt: grace.sentAt, now: now).map { $0 + grace.length }
   }
 
   // MARK: - Sending
@@ -87,7 +111,9 @@ struct WireDiscipline: Sendable {
     if request.mayPark && parkedReads >= maxParkedReads { return false }
     guard profile == .device else { return true }
     if busyTag != nil { return false }
-    if let graceUntil, graceUntil > now { return false }
+    if let grace {
+      guard let end = graceEnd(grace, now: now), end <= now else { return false }
+    }
     if let fid = request.readFid, readingFids.contains(fid) { return false }
     return true
   }
@@ -97,15 +123,15 @@ struct WireDiscipline: Sendable {
   mutating func didSend(
     _ request: Request, tag: Tag, now: ContinuousClock.Instant, roundTrip: Duration
   ) {
-    held[tag] = Held(request: request, sentAt: now)
+    let ticket = board?.arrived(mayPark: request.mayPark, at: now)
+    held[tag] = Held(request: request, sentAt: now, ticket: ticket)
     if let fid = request.readFid { readingFids.insert(fid) }
     if request.mayPark {
       parkedReads += 1
       if profile == .device {
         // The device gives no sign that a read has parked: wait long enough for it to have
         // been processed, which on a loaded board takes a few round trips.
-        graceUntil = now + max(parkGrace, roundTrip * 3)
-        graceTag = tag
+        grace = Grace(tag: tag, sentAt: now, ticket: ticket, length: max(parkGrace, roundTrip * 3))
       }
     } else if profile == .device {
       busyTag = tag
@@ -116,16 +142,14 @@ struct WireDiscipline: Sendable {
 
   /// The server is done with `tag` (its reply, or the Rflush of a flush for it): it gives back
   /// what it held. Idempotent, and a no-op for a tag the discipline does not hold.
-  mutating func didReceiveReply(tag: Tag) {
+  mutating func didReceiveReply(tag: Tag, now: ContinuousClock.Instant) {
     guard let done = held.removeValue(forKey: tag) else { return }
+    if let ticket = done.ticket { board?.finished(ticket, at: now) }
     if busyTag == tag { busyTag = nil }
     if done.request.mayPark {
       parkedReads -= 1
       // An older parked read answered now says nothing about the one in its grace.
-      if graceTag == tag {
-        graceUntil = nil
-        graceTag = nil
-      }
+      if grace?.tag == tag { grace = nil }
     }
     if let fid = done.request.readFid { readingFids.remove(fid) }
   }
@@ -139,8 +163,15 @@ struct WireDiscipline: Sendable {
   /// oversized SDU) would keep a device channel busy for ever; after a whole timeout the device
   /// is done with it, so the channel is free for the Tflush. Its other slots stay taken until
   /// the reply or the Rflush.
-  mutating func didTimeOut(tag: Tag) {
+  mutating func didTimeOut(tag: Tag, now: ContinuousClock.Instant) {
     if busyTag == tag { busyTag = nil }
+    if let ticket = held[tag]?.ticket { board?.finished(ticket, at: now) }
+  }
+
+  /// The session closed: the board is done with everything it had sent, as far as the
+  /// board's other sessions are concerned.
+  mutating func didClose(now: ContinuousClock.Instant) {
+    for ticket in held.values.compactMap(\.ticket) { board?.finished(ticket, at: now) }
   }
 
   // MARK: - Time
@@ -168,11 +199,21 @@ struct WireDiscipline: Sendable {
   /// When the session must look again by itself for the discipline's sake: the end of a grace
   /// that holds `queued` requests back, or the next parking turn. Nil: only a reply (or a new
   /// request) changes anything.
+  /// How often a grace that waits for the board's other sessions looks again.
+  static let boardPoll: Duration = .milliseconds(5)
+
   func nextWake(
     now: ContinuousClock.Instant, queued: Int, queuedStreams: Int
   ) -> ContinuousClock.Instant? {
     var wake: ContinuousClock.Instant? = nil
-    if let graceUntil, graceUntil > now, queued > 0 { wake = graceUntil }
+    if let grace, queued > 0 {
+      if let end = graceEnd(grace, now: now) {
+        if end > now { wake = end }
+      } else {
+        // Another session's reply frees the worker and nobody tells this one: look again soon.
+        wake = now + Self.boardPoll
+      }
+    }
     if let oldest = oldestContendedRead(queuedStreams: queuedStreams) {
       let turn = oldest.sentAt + parkingTurn
       wake = min(wake ?? turn, turn)

@@ -55,17 +55,17 @@ final class WireDisciplineTests: XCTestCase {
     XCTAssertFalse(wire.canSend(stat, now: at(1)))
     XCTAssertFalse(wire.canSend(read(3), now: at(1)), "a parking read waits for the busy one too")
     XCTAssertFalse(wire.canSend(stat, now: at(60_000)), "busy has no time limit of its own")
-    wire.didReceiveReply(tag: 0)
+    wire.didReceiveReply(tag: 0, now: start)
     XCTAssertTrue(wire.canSend(stat, now: at(2)))
   }
 
   func testTimeoutFreesTheBusyChannelButNotTheSlots() {
     var wire = device()
     wire.didSend(read(3, mayPark: false), tag: 0, now: at(0), roundTrip: .zero)
-    wire.didTimeOut(tag: 0)
+    wire.didTimeOut(tag: 0, now: start)
     XCTAssertTrue(wire.canSend(stat, now: at(1)), "the Tflush may go")
     XCTAssertFalse(wire.canSend(read(3), now: at(1)), "the fid still has a read on the wire")
-    wire.didReceiveReply(tag: 0)
+    wire.didReceiveReply(tag: 0, now: start)
     XCTAssertTrue(wire.canSend(read(3), now: at(2)))
   }
 
@@ -73,9 +73,9 @@ final class WireDisciplineTests: XCTestCase {
     var wire = device()
     wire.didSend(read(3), tag: 0, now: at(0), roundTrip: .zero)
     wire.didSend(stat, tag: 1, now: at(300), roundTrip: .zero)
-    wire.didReceiveReply(tag: 0)
+    wire.didReceiveReply(tag: 0, now: start)
     XCTAssertFalse(wire.canSend(stat, now: at(301)))
-    wire.didReceiveReply(tag: 1)
+    wire.didReceiveReply(tag: 1, now: start)
     XCTAssertTrue(wire.canSend(stat, now: at(302)))
   }
 
@@ -103,7 +103,7 @@ final class WireDisciplineTests: XCTestCase {
   func testOwnReplyEndsTheGraceEarly() {
     var wire = device()
     wire.didSend(read(3), tag: 5, now: at(0), roundTrip: .zero)
-    wire.didReceiveReply(tag: 5)
+    wire.didReceiveReply(tag: 5, now: start)
     XCTAssertTrue(wire.canSend(stat, now: at(10)))
     XCTAssertEqual(wire.parkedReads, 0)
   }
@@ -113,13 +113,13 @@ final class WireDisciplineTests: XCTestCase {
     var wire = device()
     wire.didSend(read(3), tag: 0, now: at(0), roundTrip: .zero)
     wire.didSend(read(4), tag: 1, now: at(300), roundTrip: .zero)
-    wire.didReceiveReply(tag: 0)
+    wire.didReceiveReply(tag: 0, now: start)
     XCTAssertFalse(wire.canSend(stat, now: at(310)), "the newer read is still in its grace")
     XCTAssertTrue(wire.canSend(stat, now: at(551)))
     wire.didSend(read(5), tag: 2, now: at(600), roundTrip: .zero)
-    wire.didReceiveReply(tag: 1)
+    wire.didReceiveReply(tag: 1, now: start)
     XCTAssertFalse(wire.canSend(stat, now: at(610)))
-    wire.didReceiveReply(tag: 2)
+    wire.didReceiveReply(tag: 2, now: start)
     XCTAssertTrue(wire.canSend(stat, now: at(611)))
   }
 
@@ -127,9 +127,9 @@ final class WireDisciplineTests: XCTestCase {
     var wire = device()
     wire.didSend(read(3), tag: 0, now: at(0), roundTrip: .zero)
     wire.didSend(read(4), tag: 1, now: at(300), roundTrip: .zero)
-    wire.didReceiveReply(tag: 0)
-    wire.didReceiveReply(tag: 0)  // the Rflush after a reply that crossed the flush
-    wire.didReceiveReply(tag: 9)  // never sent
+    wire.didReceiveReply(tag: 0, now: start)
+    wire.didReceiveReply(tag: 0, now: start)  // the Rflush after a reply that crossed the flush
+    wire.didReceiveReply(tag: 9, now: start)  // never sent
     XCTAssertEqual(wire.parkedReads, 1)
   }
 
@@ -143,7 +143,7 @@ final class WireDisciplineTests: XCTestCase {
     XCTAssertFalse(wire.canSend(read(3), now: at(600)), "no slot left")
     XCTAssertTrue(wire.canSend(stat, now: at(600)), "ordinary requests need no slot")
     XCTAssertTrue(wire.canSend(read(3, mayPark: false), now: at(600)), "nor plain reads")
-    wire.didReceiveReply(tag: 0)
+    wire.didReceiveReply(tag: 0, now: start)
     XCTAssertTrue(wire.canSend(read(3), now: at(600)))
   }
 
@@ -153,7 +153,7 @@ final class WireDisciplineTests: XCTestCase {
     XCTAssertFalse(wire.canSend(read(3), now: at(300)))
     XCTAssertFalse(wire.canSend(read(3, mayPark: false), now: at(300)))
     XCTAssertTrue(wire.canSend(read(4), now: at(300)))
-    wire.didReceiveReply(tag: 0)
+    wire.didReceiveReply(tag: 0, now: start)
     XCTAssertTrue(wire.canSend(read(3), now: at(300)))
   }
 
@@ -207,7 +207,7 @@ final class WireDisciplineTests: XCTestCase {
     XCTAssertEqual(wire.readToRotate(now: at(1300), queuedStreams: 1), 1)
 
     // The Rflush frees the slot: no contention left.
-    wire.didReceiveReply(tag: 0)
+    wire.didReceiveReply(tag: 0, now: start)
     XCTAssertEqual(wire.parkedReads, 1)
     XCTAssertNil(wire.readToRotate(now: at(5000), queuedStreams: 1))
   }
