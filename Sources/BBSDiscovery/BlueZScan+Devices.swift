@@ -20,7 +20,8 @@ extension BlueZScan {
 
   /// Whether a device object belongs to our adapter, advertises 9PIS and is around now.
   private func isCandidate(_ path: String) -> Bool {
-    guard path.hasPrefix(adapterPath + "/"), let properties = objects[path]?[Self.deviceInterface]
+    guard adapterPaths.contains(where: { path.hasPrefix($0 + "/") }),
+      let properties = objects[path]?[Self.deviceInterface]
     else { return false }
     let uuid = NinePInformationService.serviceUUID
     let uuids = (properties["UUIDs"]?.stringArray ?? []).map { $0.lowercased() }
@@ -38,7 +39,7 @@ extension BlueZScan {
         device: device, stage: .done,
         deadline: ContinuousClock.now.advanced(by: options.readTimeout))
       emit(.seen(device))
-      if options.readsInformation { startReading(path) }
+      if options.readsInformation { work[path]?.stage = .waiting }
     }
     for (path, item) in work where item.stage == .resolving && servicesResolved(path) {
       read(path)
@@ -47,6 +48,15 @@ extension BlueZScan {
 
   private func servicesResolved(_ path: String) -> Bool {
     objects[path]?[Self.deviceInterface]?["ServicesResolved"]?.boolValue == true
+  }
+
+  /// Connects to every board waiting to be read (discovery has paused): each has the read
+  /// timeout from now.
+  func connectWaiting(now: ContinuousClock.Instant) {
+    for (path, item) in work where item.stage == .waiting {
+      work[path]?.deadline = now.advanced(by: options.readTimeout)
+      startReading(path)
+    }
   }
 
   private func startReading(_ path: String) {
@@ -127,7 +137,9 @@ extension BlueZScan {
     work[path] = item
     defer { disconnectIfOurs(path, item) }
     if let refreshed = device(at: path) {
-      item.device.name = refreshed.name ?? item.device.name
+      // The name it advertised, as the scan listed it and `ble:NAME` looks for it: once
+      // connected, BlueZ renames the device to its GAP name (a Linux board's "BlueZ 5.66").
+      item.device.name = item.device.name ?? refreshed.name
       item.device.rssi = refreshed.rssi ?? item.device.rssi
     }
     let uuid = NinePInformationService.serviceUUID

@@ -20,7 +20,9 @@ final class BlueZScan {
   /// path → interface → property → value
   typealias Objects = [String: [String: [String: DBusValue]]]
 
-  enum Stage { case connecting, resolving, done }
+  /// A board's reading: waiting for discovery to pause, connecting, waiting for its services,
+  /// read (or given up).
+  enum Stage { case waiting, connecting, resolving, done }
 
   struct Work {
     var device: BluetoothDevice
@@ -34,8 +36,9 @@ final class BlueZScan {
   let logger: Logger
   let bus: SdBus
   var objects: Objects = [:]
-  var adapterPath = ""
-  var adapterName = ""
+  /// The powered adapters scanned on, by object path.
+  var adapterPaths: [String] = []
+  var adapterNames: String { adapterPaths.map(Self.name(of:)).joined(separator: ", ") }
   var discovering = false
   var appeared: Set<String> = []
   var work: [String: Work] = [:]
@@ -64,7 +67,7 @@ final class BlueZScan {
       try prepare()
       defer { finish() }
       try loop()
-      return BluetoothScanSummary(adapter: adapterName, seen: work.count, read: readCount)
+      return BluetoothScanSummary(adapter: adapterNames, seen: work.count, read: readCount)
     }
   }
 
@@ -100,43 +103,53 @@ final class BlueZScan {
         objects[path, default: [:]][interface] = properties.stringKeyed ?? [:]
       }
     }
-    try chooseAdapter()
-    logger.debug("using adapter \(adapterPath)")
-    _ = try bluezCall(
-      path: adapterPath, interface: Self.adapterInterface, member: "SetDiscoveryFilter",
-      arguments: [
-        .properties([
-          "UUIDs": .array(element: "s", [.string(NinePInformationService.serviceUUID)]),
-          "Transport": .string("le"),
-        ])
-      ], operation: "SetDiscoveryFilter")
-    do {
-      _ = try bus.call(
-        MethodCall(
-          destination: Self.bluez, path: adapterPath, interface: Self.adapterInterface,
-          member: "StartDiscovery"), timeout: Self.callTimeout)
-    } catch {
-      switch error.name {
-      case "org.bluez.Error.InProgress": break
-      case "org.bluez.Error.NotReady": throw .adapterOff(adapter: adapterName, blocked: false)
-      default: throw mapped(error, operation: "StartDiscovery")
-      }
+    try chooseAdapters()
+    logger.debug("scanning on \(adapterPaths.joined(separator: ", "))")
+    for path in adapterPaths {
+      _ = try bluezCall(
+        path: path, interface: Self.adapterInterface, member: "SetDiscoveryFilter",
+        arguments: [
+          .properties([
+            "UUIDs": .array(element: "s", [.string(NinePInformationService.serviceUUID)]),
+            "Transport": .string("le"),
+          ])
+        ], operation: "SetDiscoveryFilter")
     }
-    discovering = true
+    try startDiscovery()
   }
 
-  private func chooseAdapter() throws(DiscoveryError) {
+  /// Every powered adapter: a board may be in range of one radio and not another.
+  private func chooseAdapters() throws(DiscoveryError) {
     let adapters = objects.filter { $0.value[Self.adapterInterface] != nil }.keys.sorted()
     guard let first = adapters.first else { throw .noAdapter }
     func powered(_ path: String) -> Bool {
       objects[path]?[Self.adapterInterface]?["Powered"]?.boolValue ?? false
     }
-    guard let chosen = adapters.first(where: powered) else {
+    adapterPaths = adapters.filter(powered)
+    guard !adapterPaths.isEmpty else {
       let state = objects[first]?[Self.adapterInterface]?["PowerState"]?.stringValue
       throw .adapterOff(adapter: Self.name(of: first), blocked: state == "off-blocked")
     }
-    adapterPath = chosen
-    adapterName = Self.name(of: chosen)
+  }
+
+  /// Starts (or resumes) discovery on every adapter scanned on.
+  private func startDiscovery() throws(DiscoveryError) {
+    for path in adapterPaths {
+      do {
+        _ = try bus.call(
+          MethodCall(
+            destination: Self.bluez, path: path, interface: Self.adapterInterface,
+            member: "StartDiscovery"), timeout: Self.callTimeout)
+      } catch {
+        switch error.name {
+        case "org.bluez.Error.InProgress": break
+        case "org.bluez.Error.NotReady":
+          throw .adapterOff(adapter: Self.name(of: path), blocked: false)
+        default: throw mapped(error, operation: "StartDiscovery")
+        }
+      }
+    }
+    discovering = true
   }
 
   static func name(of path: String) -> String {
@@ -189,8 +202,22 @@ final class BlueZScan {
         return
       }
       if discovering && now >= discoveryEnd { stopDiscovery() }
+      if work.values.contains(where: { $0.stage == .waiting }) {
+        // BlueZ sends an LE connect only once discovery has stopped (seen with btmon): pause
+        // it while boards are read, and resume it afterwards if the scan has time left.
+        if discovering {
+          logger.debug("pausing discovery to read the boards found")
+          stopDiscovery()
+        }
+        connectWaiting(now: now)
+      }
       expireDeadlines(now: now)
       let pending = work.values.filter { $0.stage != .done }
+      if !discovering && pending.isEmpty && now < discoveryEnd && !scanner.isCancelled {
+        logger.debug("resuming discovery")
+        try startDiscovery()
+        continue
+      }
       if !discovering && pending.isEmpty { return }
       var next = discovering ? discoveryEnd : now.advanced(by: .seconds(1))
       for item in pending where item.deadline < next { next = item.deadline }
@@ -209,13 +236,15 @@ final class BlueZScan {
 
   private func stopDiscovery() {
     discovering = false
-    do {
-      _ = try bus.call(
-        MethodCall(
-          destination: Self.bluez, path: adapterPath, interface: Self.adapterInterface,
-          member: "StopDiscovery"), timeout: Self.callTimeout)
-    } catch {
-      logger.debug("StopDiscovery: \(error)")
+    for path in adapterPaths {
+      do {
+        _ = try bus.call(
+          MethodCall(
+            destination: Self.bluez, path: path, interface: Self.adapterInterface,
+            member: "StopDiscovery"), timeout: Self.callTimeout)
+      } catch {
+        logger.debug("StopDiscovery on \(path): \(error)")
+      }
     }
   }
 

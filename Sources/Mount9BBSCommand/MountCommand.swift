@@ -188,6 +188,19 @@ struct MountCommand: ParsableCommand {
       Detacher.spawnAndWait(arguments: Mount9BBSMain.arguments + handOver, keeping: kept))
   }
 
+  /// `l2cap:BDADDR:PSM` with no address type names a random address; a board a scan saw on a
+  /// public one (the cache says so) is dialled as public.
+  static func withCachedAddressType(_ address: TransportAddress, _ text: String)
+    -> TransportAddress
+  {
+    guard case .l2cap(let bdaddr, let psm, .random) = address,
+      !["public", "random"].contains(where: { text.lowercased().hasSuffix($0) }),
+      let board = DiscoveryCache().board(named: bdaddr, kind: .bluetooth),
+      board.addressType == "public"
+    else { return address }
+    return .l2cap(address: bdaddr, psm: psm, addressType: .public)
+  }
+
   /// The addresses to dial for ADDRESS, most preferred first: `ADDR1,ADDR2,…` lists
   /// several transports of one BBS; each is a dial string or a board name, which resolves to
   /// its addresses (handed over in `--resolved`, else from the cache or a short scan).
@@ -198,7 +211,7 @@ struct MountCommand: ParsableCommand {
     var addresses: [TransportAddress] = []
     for item in text.split(separator: ",").map(String.init) {
       guard let reference = try BoardReference(parsing: item) else {
-        addresses.append(try TransportAddress(parsing: item))
+        addresses.append(Self.withCachedAddressType(try TransportAddress(parsing: item), item))
         continue
       }
       var logger = Logger(label: "mount9bbs") { StreamLogHandler.standardError(label: $0) }

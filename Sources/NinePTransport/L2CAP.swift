@@ -33,6 +33,9 @@ func connectL2CAP(
     remote.l2_psm = psm.littleEndian
     remote.l2_bdaddr = bluetoothAddress(bytes)
     remote.l2_bdaddr_type = UInt8(addressType == .public ? BDADDR_LE_PUBLIC : BDADDR_LE_RANDOM)
+    // A board answers only to the address type it uses; say which one was tried.
+    let other: BluetoothAddressType = addressType == .public ? .random : .public
+    let tried = "\(address) as a \(addressType.rawValue) address (for a \(other.rawValue) one: add :\(other.rawValue))"
     let remoteAddress = withUnsafeBytes(of: &remote) {
       SocketAddress(
         family: AF_BLUETOOTH, type: Int32(SOCK_SEQPACKET.rawValue), proto: BTPROTO_L2CAP,
@@ -47,9 +50,9 @@ func connectL2CAP(
       throw TransportError.bluetoothUnavailable(
         reason: "no Bluetooth adapter is available or powered on (\(errnoText(code)))")
     case .failed(let code):
-      throw TransportError.connectFailed(address: address.description, reason: errnoText(code))
+      throw TransportError.connectFailed(address: tried, reason: errnoText(code))
     case .timedOut:
-      throw TransportError.timedOut(address: address.description)
+      throw TransportError.timedOut(address: tried)
     }
     let mtu = sendMTU(fd)
     logger.debug("l2cap connected", metadata: ["address": "\(address)", "sndmtu": "\(mtu)"])

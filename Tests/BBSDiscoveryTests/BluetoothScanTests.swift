@@ -28,7 +28,9 @@ final class BluetoothScanTests: XCTestCase {
     ["adapters": adapters, "devices": devices]
   }
 
-  /// The calls every scan makes around its work: the exact filter first, StopDiscovery last.
+  /// The calls every scan makes around its work: the exact filter first, StopDiscovery last,
+  /// discovery paused (StopDiscovery … StartDiscovery) around every Connect, since BlueZ sends
+  /// the LE connect only once discovery has stopped.
   func assertDiscoveryBracketed(file: StaticString = #filePath, line: UInt = #line) {
     let calls = mock.calls
     guard calls.count >= 3 else {
@@ -43,11 +45,24 @@ final class BluetoothScanTests: XCTestCase {
     XCTAssertEqual(filter?["Transport"] as? String, "le", file: file, line: line)
     XCTAssertEqual(calls[1].method, "StartDiscovery", file: file, line: line)
     let adapterCalls = calls.filter { $0.path == "/org/bluez/hci0" }.map(\.method)
+    let pairs = Array(adapterCalls.dropFirst())
+    XCTAssertEqual(adapterCalls.first, "SetDiscoveryFilter", file: file, line: line)
     XCTAssertEqual(
-      adapterCalls, ["SetDiscoveryFilter", "StartDiscovery", "StopDiscovery"], file: file,
+      pairs,
+      Array(repeating: ["StartDiscovery", "StopDiscovery"], count: max(1, pairs.count / 2))
+        .flatMap { $0 }, "discovery started and stopped in turn: \(adapterCalls)", file: file,
       line: line)
-    XCTAssertEqual(
-      mock.methods.filter { $0 == "StopDiscovery" }.count, 1, file: file, line: line)
+    var discovering = false
+    for method in mock.methods {
+      switch method {
+      case "StartDiscovery": discovering = true
+      case "StopDiscovery": discovering = false
+      case "Connect":
+        XCTAssertFalse(
+          discovering, "Connect while discovering: \(mock.methods)", file: file, line: line)
+      default: break
+      }
+    }
   }
 
   // MARK: Devices
@@ -83,10 +98,9 @@ final class BluetoothScanTests: XCTestCase {
     XCTAssertEqual(
       deviceCalls, ["Connect"] + Array(repeating: "ReadValue", count: 5) + ["Disconnect"])
     let methods = mock.methods
-    XCTAssertLessThan(
-      try XCTUnwrap(methods.firstIndex(of: "Disconnect")),
-      try XCTUnwrap(methods.firstIndex(of: "StopDiscovery")),
-      "the board is read while discovery runs, not after it")
+    XCTAssertEqual(
+      methods.filter { $0 == "StartDiscovery" }.count, 2,
+      "discovery resumes after the read, the scan having time left: \(methods)")
 
     let cached = try XCTUnwrap(mock.cachedBoards.first, "cache: \(mock.cachedBoards)")
     XCTAssertEqual(cached["kind"] as? String, "ble")
@@ -316,7 +330,8 @@ final class BluetoothScanTests: XCTestCase {
       timedOut.all)
     XCTAssertEqual(
       mock.methods,
-      ["SetDiscoveryFilter", "StartDiscovery", "Connect", "StopDiscovery", "Disconnect"])
+      ["SetDiscoveryFilter", "StartDiscovery", "StopDiscovery", "Connect", "Disconnect"],
+      "the read outlasts the scan: discovery does not resume")
     XCTAssertLessThan(Date().timeIntervalSince(started), 10)
   }
 
@@ -419,5 +434,41 @@ final class BluetoothScanTests: XCTestCase {
       unknown.stderr.contains(
         "no board named 'NOBODY' found within 8 s; list them with: mount9bbs scan"),
       unknown.all)
+  }
+
+  /// A board in range of the second adapter only is found: every powered adapter scans.
+  func testEveryPoweredAdapterScans() throws {
+    guard BlueZMock.requirePython() else { return }
+    var far = Self.grid
+    far["adapter"] = "hci1"
+    let adapters: [[String: Any]] = [
+      ["name": "hci0"], ["name": "hci1"], ["name": "hci2", "powered": false, "power_state": "off"],
+    ]
+    let run = try mock.run(
+      scene: Self.scene([far], adapters: adapters), ["scan", "--timeout", "1", "--json"])
+    XCTAssertEqual(run.status, 0, run.all)
+    let boards = run.jsonLines.filter { $0["event"] as? String == "board" }
+    XCTAssertEqual(boards.compactMap { $0["name"] as? String }, ["THE_GRID"], run.all)
+    for adapter in ["/org/bluez/hci0", "/org/bluez/hci1"] {
+      XCTAssertEqual(
+        mock.calls.filter { $0.path == adapter }.first?.method, "SetDiscoveryFilter",
+        "\(adapter): \(mock.calls.map(\.method))")
+    }
+    XCTAssertFalse(
+      mock.calls.contains { $0.path == "/org/bluez/hci2" }, "an adapter that is off is left alone")
+  }
+
+  /// bluetoothd renames a device to its GAP name once connected (a Linux board says
+  /// "BlueZ 5.66"): the scan and the cache keep the name the board advertised, so
+  /// `ble:NAME` finds it by that name.
+  func testTheAdvertisedNameIsKeptWhenBlueZRenamesTheBoard() throws {
+    guard BlueZMock.requirePython() else { return }
+    var renamed = Self.grid
+    renamed["gap_name"] = "BlueZ 5.66"
+    let run = try mock.run(scene: Self.scene([renamed]), ["scan", "--timeout", "1"])
+    XCTAssertEqual(run.status, 0, run.all)
+    XCTAssertTrue(run.stdout.hasPrefix("THE_GRID  C0:FF:EE:00:00:01"), run.all)
+    XCTAssertFalse(run.stdout.contains("BlueZ 5.66"), run.all)
+    XCTAssertEqual(mock.cachedBoards.first?["name"] as? String, "THE_GRID")
   }
 }

@@ -125,4 +125,32 @@ final class ParsingAndCacheTests: XCTestCase {
     try "not json".write(toFile: cache.path, atomically: true, encoding: .utf8)
     XCTAssertEqual(cache.boards(), [], "a damaged cache counts as empty")
   }
+
+  /// `l2cap:BDADDR:PSM` without a type dials a board the scan saw on a public address as
+  /// public; a type given is kept. (This host has no Bluetooth: the failure names the address.)
+  func testL2CAPTakesTheAddressTypeFromTheScanCache() throws {
+    let home = try makeTemporaryDirectory("l2cap-cache")
+    let mountpoint = try makeTemporaryDirectory("l2cap-mnt")
+    defer {
+      try? FileManager.default.removeItem(atPath: home)
+      try? FileManager.default.removeItem(atPath: mountpoint)
+    }
+    try DiscoveryCache(path: home + "/mount9bbs/boards.json").record(
+      CachedBoard(kind: .bluetooth, name: "PIBOARD", address: "00:AA:01:01:00:01", addressType: "public"))
+    func dial(_ address: String) throws -> String {
+      let child = ChildProcess(
+        BuiltProducts.path(of: "mount9bbs"), ["-f", address, mountpoint],
+        environment: ["XDG_CACHE_HOME": home])
+      try child.start()
+      XCTAssertTrue(child.wait(timeout: 20), child.text)
+      return child.text
+    }
+    XCTAssertTrue(
+      try dial("l2cap:00:AA:01:01:00:01:0x80").contains("l2cap!00:AA:01:01:00:01!0x0080!public"))
+    let random = try dial("l2cap:00:AA:01:01:00:01:0x80:random")
+    XCTAssertTrue(random.contains("l2cap!00:AA:01:01:00:01!0x0080:"), random)
+    XCTAssertTrue(
+      try dial("l2cap:C0:FF:EE:00:00:09:0x80").contains("l2cap!C0:FF:EE:00:00:09!0x0080:"),
+      "not in the cache: random, as before")
+  }
 }
