@@ -229,8 +229,10 @@ struct BBSDaemonCommand: ParsableCommand {
 
   @Option(
     help: """
-      Advertise the TCP listeners on the LAN under this name (mDNS: _9p._tcp and _9pfs._tcp, \
-      TXT version, features, board) through avahi-daemon.
+      Advertise the board under this name: TCP listeners on the LAN (mDNS: _9p._tcp and \
+      _9pfs._tcp, TXT version, features, board) through avahi-daemon; l2cap listeners over \
+      Bluetooth LE (an advertisement with the 9PIS service UUID and the name, and the 9PIS \
+      GATT service) through bluetoothd.
       """)
   var advertise: String?
 
@@ -249,7 +251,7 @@ struct BBSDaemonCommand: ParsableCommand {
       throw ExitCode.failure
     }
     warnIfExposed(bound, configuration: configuration, logger: logger)
-    let advertiser = try advertise.map { name in
+    let advertisers = try advertise.map { name in
       try startAdvertising(
         name, listeners: bound, boardKey: configuration.boardKey.flatMap(BoardKey.init(of:)),
         server: server, logger: logger)
@@ -268,7 +270,8 @@ struct BBSDaemonCommand: ParsableCommand {
     // Returns once every server thread has finished: after a signal, or when the --stdio
     // session ends and nothing else listens.
     server.waitUntilStopped()
-    advertiser?.stop()
+    advertisers?.lan?.stop()
+    advertisers?.bluetooth?.stop()
     server.stop()
     withExtendedLifetime(signalSources) {}
     logger.notice("9bbsd: stopped")

@@ -14,8 +14,9 @@ extension BlueZScan {
     let type: BluetoothAddressType =
       properties["AddressType"]?.stringValue == "public" ? .public : .random
     let name = properties["Name"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 }
-    return BluetoothDevice(
-      address: address, addressType: type, name: name, rssi: properties["RSSI"]?.intValue)
+    // 127 is HCI's "RSSI not available" (virtual controllers report nothing else).
+    let rssi = properties["RSSI"]?.intValue.flatMap { $0 == 127 ? nil : $0 }
+    return BluetoothDevice(address: address, addressType: type, name: name, rssi: rssi)
   }
 
   /// Whether a device object belongs to our adapter, advertises 9PIS and is around now.
@@ -54,6 +55,7 @@ extension BlueZScan {
   /// timeout from now.
   func connectWaiting(now: ContinuousClock.Instant) {
     for (path, item) in work where item.stage == .waiting {
+      if let name = advertisedNames[path] { work[path]?.device.name = name }
       work[path]?.deadline = now.advanced(by: options.readTimeout)
       startReading(path)
     }
@@ -139,7 +141,12 @@ extension BlueZScan {
     if let refreshed = device(at: path) {
       // The name it advertised, as the scan listed it and `ble:NAME` looks for it: once
       // connected, BlueZ renames the device to its GAP name (a Linux board's "BlueZ 5.66").
-      item.device.name = item.device.name ?? refreshed.name
+      // A board still connected (a mount's link lingers a moment) does not advertise, and
+      // BlueZ calls it by its GAP name: the name it advertised last is in the scan cache.
+      let cached =
+        advertisedNames[path] == nil && !item.connectedByUs
+        ? DiscoveryCache().board(named: item.device.address, kind: .bluetooth)?.name : nil
+      item.device.name = advertisedNames[path] ?? cached ?? item.device.name ?? refreshed.name
       item.device.rssi = refreshed.rssi ?? item.device.rssi
     }
     let uuid = NinePInformationService.serviceUUID

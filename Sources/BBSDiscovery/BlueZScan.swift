@@ -29,7 +29,18 @@ final class BlueZScan {
     var stage: Stage
     var deadline: ContinuousClock.Instant
     var connectedByUs = false
+    /// When the scan first heard it: its scan response (with its name) may come a moment later.
+    var seenAt = ContinuousClock.now
   }
+
+  /// How long a board found is left to finish advertising (its scan response carries the name)
+  /// before discovery pauses to read it.
+  static let settle: Duration = .milliseconds(400)
+
+  /// The last name each device advertised while not connected, by path: once connected, BlueZ
+  /// renames a device to its GAP name (a Linux board says "BlueZ 5.66"), and a device
+  /// connected before keeps that name until its next advertisement.
+  var advertisedNames: [String: String] = [:]
 
   let scanner: BluetoothScanner
   let options: BluetoothScanOptions
@@ -40,6 +51,14 @@ final class BlueZScan {
   var adapterPaths: [String] = []
   var adapterNames: String { adapterPaths.map(Self.name(of:)).joined(separator: ", ") }
   var discovering = false
+  /// When discovery last (re)started.
+  var discoveryStarted = ContinuousClock.now
+
+  /// How long discovery runs before it is restarted. The controller reports each advertiser
+  /// once per scan (duplicate filtering), and the kernel drops reports that arrive before it
+  /// counts discovery as started: seen in the VM, where a board advertising all along went
+  /// unreported for a whole second scan. A restart lets it be heard again.
+  static let rescanInterval: Duration = .seconds(3)
   var appeared: Set<String> = []
   var work: [String: Work] = [:]
   var readCount = 0
@@ -132,8 +151,10 @@ final class BlueZScan {
     }
   }
 
-  /// Starts (or resumes) discovery on every adapter scanned on.
+  /// Starts (or resumes) discovery on every adapter scanned on. An adapter that refuses is
+  /// left out (with a warning) while another scans; if none does, its error is the scan's.
   private func startDiscovery() throws(DiscoveryError) {
+    var failures: [(path: String, error: DiscoveryError)] = []
     for path in adapterPaths {
       do {
         _ = try bus.call(
@@ -144,12 +165,18 @@ final class BlueZScan {
         switch error.name {
         case "org.bluez.Error.InProgress": break
         case "org.bluez.Error.NotReady":
-          throw .adapterOff(adapter: Self.name(of: path), blocked: false)
-        default: throw mapped(error, operation: "StartDiscovery")
+          failures.append((path, .adapterOff(adapter: Self.name(of: path), blocked: false)))
+        default: failures.append((path, mapped(error, operation: "StartDiscovery")))
         }
       }
     }
+    if let first = failures.first, failures.count == adapterPaths.count { throw first.error }
+    for failure in failures {
+      logger.warning("not scanning on \(Self.name(of: failure.path)): \(failure.error)")
+    }
+    adapterPaths.removeAll { path in failures.contains { $0.path == path } }
     discovering = true
+    discoveryStarted = ContinuousClock.now
   }
 
   static func name(of path: String) -> String {
@@ -202,7 +229,17 @@ final class BlueZScan {
         return
       }
       if discovering && now >= discoveryEnd { stopDiscovery() }
-      if work.values.contains(where: { $0.stage == .waiting }) {
+      if discovering && now >= discoveryStarted + Self.rescanInterval
+        && now + .seconds(1) < discoveryEnd
+      {
+        logger.debug("restarting discovery")
+        stopDiscovery()
+        try startDiscovery()
+      }
+      let settled = work.values.contains {
+        $0.stage == .waiting && ($0.seenAt + Self.settle <= now || now >= discoveryEnd)
+      }
+      if settled {
         // BlueZ sends an LE connect only once discovery has stopped (seen with btmon): pause
         // it while boards are read, and resume it afterwards if the scan has time left.
         if discovering {
@@ -220,7 +257,12 @@ final class BlueZScan {
       }
       if !discovering && pending.isEmpty { return }
       var next = discovering ? discoveryEnd : now.advanced(by: .seconds(1))
+      let rescanAt = discoveryStarted + Self.rescanInterval
+      if discovering && rescanAt > now && rescanAt < next { next = rescanAt }
       for item in pending where item.deadline < next { next = item.deadline }
+      for item in pending where item.stage == .waiting && item.seenAt + Self.settle < next {
+        next = item.seenAt + Self.settle
+      }
       let slice = min(max(next - now, .milliseconds(1)), .milliseconds(100))
       do {
         try bus.wait(upTo: slice)
@@ -254,7 +296,12 @@ final class BlueZScan {
       guard signal.body.count >= 2, let path = signal.body[0].stringValue else { return }
       for (interface, properties) in signal.body[1].stringKeyed ?? [:] {
         objects[path, default: [:]][interface] = properties.stringKeyed ?? [:]
-        if interface == Self.deviceInterface { appeared.insert(path) }
+        if interface == Self.deviceInterface {
+          appeared.insert(path)
+          if let name = properties.stringKeyed?["Name"]?.stringValue, !name.isEmpty {
+            advertisedNames[path] = name
+          }
+        }
       }
     case ("org.freedesktop.DBus.ObjectManager", "InterfacesRemoved"):
       guard signal.body.count >= 2, let path = signal.body[0].stringValue else { return }
@@ -266,6 +313,12 @@ final class BlueZScan {
       else { return }
       for (name, value) in signal.body[1].stringKeyed ?? [:] {
         objects[signal.path]?[interface, default: [:]][name] = value
+      }
+      if interface == Self.deviceInterface, discovering,
+        objects[signal.path]?[interface]?["Connected"]?.boolValue != true,
+        let name = signal.body[1].stringKeyed?["Name"]?.stringValue, !name.isEmpty
+      {
+        advertisedNames[signal.path] = name
       }
       for name in signal.body.count > 2 ? signal.body[2].stringArray ?? [] : [] {
         objects[signal.path]?[interface]?[name] = nil

@@ -73,7 +73,9 @@ public final class BoardQueue: Sendable {
   /// When the worker could take up the request `ticket`, sent at `sentAt`: once every
   /// request that went out before it on any session was done. Nil while one of them is
   /// still waiting for its reply.
-  func workerFree(before ticket: Ticket, sentAt: ContinuousClock.Instant, now: ContinuousClock.Instant)
+  func workerFree(
+    before ticket: Ticket, sentAt: ContinuousClock.Instant, now: ContinuousClock.Instant
+  )
     -> ContinuousClock.Instant?
   {
     state.withLock { state in

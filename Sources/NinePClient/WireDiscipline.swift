@@ -101,7 +101,9 @@ struct WireDiscipline: Sendable {
   /// When the grace ends: nil while the read still waits behind other sessions' requests.
   private func graceEnd(_ grace: Grace, now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
     guard let board, let ticket = grace.ticket else { return grace.sentAt + grace.length }
-    return board.workerFree(before: ticket, sentAt: grace.sentAt, now: now).map { $0 + grace.length }
+    return board.workerFree(before: ticket, sentAt: grace.sentAt, now: now).map {
+      $0 + grace.length
+    }
   }
 
   // MARK: - Sending

@@ -35,7 +35,8 @@ func connectL2CAP(
     remote.l2_bdaddr_type = UInt8(addressType == .public ? BDADDR_LE_PUBLIC : BDADDR_LE_RANDOM)
     // A board answers only to the address type it uses; say which one was tried.
     let other: BluetoothAddressType = addressType == .public ? .random : .public
-    let tried = "\(address) as a \(addressType.rawValue) address (for a \(other.rawValue) one: add :\(other.rawValue))"
+    let tried =
+      "\(address) as a \(addressType.rawValue) address (for a \(other.rawValue) one: add :\(other.rawValue))"
     let remoteAddress = withUnsafeBytes(of: &remote) {
       SocketAddress(
         family: AF_BLUETOOTH, type: Int32(SOCK_SEQPACKET.rawValue), proto: BTPROTO_L2CAP,

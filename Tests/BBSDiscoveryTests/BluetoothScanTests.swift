@@ -471,4 +471,19 @@ final class BluetoothScanTests: XCTestCase {
     XCTAssertFalse(run.stdout.contains("BlueZ 5.66"), run.all)
     XCTAssertEqual(mock.cachedBoards.first?["name"] as? String, "THE_GRID")
   }
+
+  /// A board mounted before is known to BlueZ under its GAP name until its next scan
+  /// response: the scan lists and caches it under the name it advertises.
+  func testABoardConnectedBeforeIsListedUnderItsAdvertisedName() throws {
+    guard BlueZMock.requirePython() else { return }
+    var known = Self.grid
+    known["known"] = true
+    known["rssi_known"] = false
+    known["known_name"] = "BlueZ 5.66"
+    known["gap_name"] = "BlueZ 5.66"
+    let run = try mock.run(scene: Self.scene([known]), ["scan", "--timeout", "1.5"])
+    XCTAssertEqual(run.status, 0, run.all)
+    XCTAssertTrue(run.stdout.hasPrefix("THE_GRID  C0:FF:EE:00:00:01"), run.all)
+    XCTAssertEqual(mock.cachedBoards.first?["name"] as? String, "THE_GRID")
+  }
 }

@@ -136,7 +136,8 @@ final class ParsingAndCacheTests: XCTestCase {
       try? FileManager.default.removeItem(atPath: mountpoint)
     }
     try DiscoveryCache(path: home + "/mount9bbs/boards.json").record(
-      CachedBoard(kind: .bluetooth, name: "PIBOARD", address: "00:AA:01:01:00:01", addressType: "public"))
+      CachedBoard(
+        kind: .bluetooth, name: "PIBOARD", address: "00:AA:01:01:00:01", addressType: "public"))
     func dial(_ address: String) throws -> String {
       let child = ChildProcess(
         BuiltProducts.path(of: "mount9bbs"), ["-f", address, mountpoint],

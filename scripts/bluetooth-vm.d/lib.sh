@@ -76,12 +76,13 @@ now_s() { echo "$EPOCHREALTIME"; }
 # ms_since T0 [T1]: milliseconds from T0 to T1 (default: now), one decimal.
 ms_since() { awk -v a="$1" -v b="${2:-$EPOCHREALTIME}" 'BEGIN {printf "%.1f", (b - a) * 1000}'; }
 
-# board_start LOG [9BBSD OPTION...]: 9bbsd --listen l2cap:0x0080 OPTION… in the
-# background (spawned); returns once it logs that it listens. Sets BOARD_PID.
+# board_start LOG [9BBSD OPTION...]: 9bbsd --listen $BOARD_LISTEN (default
+# l2cap:0x0080, every adapter) OPTION… in the background (spawned); returns once
+# it logs that it listens. Sets BOARD_PID.
 board_start() {
     local log=$1; shift
     [ -x "$BTVM_BUILD_DIR/9bbsd" ] || fail "no $BTVM_BUILD_DIR/9bbsd"
-    spawn "$BTVM_BUILD_DIR/9bbsd" --listen l2cap:0x0080 "$@" > "$log" 2>&1
+    spawn "$BTVM_BUILD_DIR/9bbsd" --listen "${BOARD_LISTEN:-l2cap:0x0080}" "$@" > "$log" 2>&1
     BOARD_PID=${BTVM_SPAWNED[-1]}
     local deadline=$(( $(date +%s) + 30 ))
     until grep -q 'listening on l2cap' "$log" 2>/dev/null; do

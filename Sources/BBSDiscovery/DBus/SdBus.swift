@@ -55,7 +55,7 @@ struct BusSignal {
 /// collected while ``process()`` runs and handed back from it, so callers never run inside an
 /// sd-bus callback.
 final class SdBus {
-  private let bus: OpaquePointer
+  let bus: OpaquePointer
   private var signals: [BusSignal] = []
   private var finished: [(Int, Result<[DBusValue], BusError>)] = []
   private var completions: [Int: (Result<[DBusValue], BusError>) -> Void] = [:]
