@@ -20,26 +20,48 @@ extension BlueZScan {
   }
 
   /// Whether a device object belongs to our adapter, advertises 9PIS and is around now.
-  private func isCandidate(_ path: String) -> Bool {
+  /// How sure the scan is that a device is a board.
+  enum Candidate {
+    /// It advertises 9PIS (BlueZ lists the UUID).
+    case board
+    /// BlueZ heard it during this filtered discovery but lists UUIDs from an earlier connection
+    /// without 9PIS: once a device's services were resolved, BlueZ stops adding advertised
+    /// UUIDs, so a machine that became a board since (a Linux box now running `9bbsd
+    /// --advertise`) looks like this. Read, and listed only if it has the 9PIS service.
+    case maybe
+  }
+
+  /// Whether a device object belongs to a scanned adapter, is around now, and advertises 9PIS
+  /// (or may: see ``Candidate/maybe``; never a paired device, which a board never is).
+  private func candidate(_ path: String) -> Candidate? {
     guard adapterPaths.contains(where: { path.hasPrefix($0 + "/") }),
       let properties = objects[path]?[Self.deviceInterface]
-    else { return false }
+    else { return nil }
     let uuid = NinePInformationService.serviceUUID
     let uuids = (properties["UUIDs"]?.stringArray ?? []).map { $0.lowercased() }
     let serviceData = (properties["ServiceData"]?.stringKeyed ?? [:]).keys.map { $0.lowercased() }
-    guard uuids.contains(uuid) || serviceData.contains(uuid) else { return false }
-    return properties["RSSI"] != nil || properties["Connected"]?.boolValue == true
+    guard uuids.contains(uuid) || serviceData.contains(uuid) else {
+      let paired =
+        properties["Paired"]?.boolValue == true || properties["Bonded"]?.boolValue == true
+      return heardDuringDiscovery.contains(path) && !uuids.isEmpty && !paired
+        && options.readsInformation ? .maybe : nil
+    }
+    let around =
+      properties["RSSI"] != nil || properties["Connected"]?.boolValue == true
       || appeared.contains(path)
+    return around ? .board : nil
   }
 
   func evaluateDevices() {
-    for path in objects.keys.sorted() where work[path] == nil && isCandidate(path) {
-      guard let device = device(at: path) else { continue }
-      logger.debug("9PIS device \(device.label) at \(path)")
+    for path in objects.keys.sorted() where work[path] == nil {
+      guard let candidate = candidate(path), let device = device(at: path) else { continue }
+      logger.debug(
+        "\(candidate == .board ? "9PIS" : "possible 9PIS") device \(device.label) at \(path)")
       work[path] = Work(
         device: device, stage: .done,
-        deadline: ContinuousClock.now.advanced(by: options.readTimeout))
-      emit(.seen(device))
+        deadline: ContinuousClock.now.advanced(by: options.readTimeout), unsure: candidate == .maybe
+      )
+      if candidate == .board { emit(.seen(device)) }
       if options.readsInformation { work[path]?.stage = .waiting }
     }
     for (path, item) in work where item.stage == .resolving && servicesResolved(path) {
@@ -94,7 +116,7 @@ extension BlueZScan {
       work[path]?.stage = .done
       work[path]?.connectedByUs = false
       let reason = error.message.isEmpty ? error.name : error.message
-      emit(.unreadable(item.device, .connectFailed(device: item.device.label, reason: reason)))
+      report(item, .connectFailed(device: item.device.label, reason: reason))
     }
   }
 
@@ -109,6 +131,16 @@ extension BlueZScan {
           device: item.device.label,
           reason: "no connection within \(DiscoveryError.format(seconds)) s")
         : .servicesNotResolved(device: item.device.label, seconds: seconds)
+      report(item, error)
+    }
+  }
+
+  /// A board that could not be read is listed with the reason; a device only suspected of
+  /// being one (``Candidate/maybe``) is not.
+  private func report(_ item: Work, _ error: DiscoveryError) {
+    if item.unsure {
+      logger.debug("cannot tell whether \(item.device.label) is a board: \(error)")
+    } else {
       emit(.unreadable(item.device, error))
     }
   }
@@ -156,9 +188,14 @@ extension BlueZScan {
         && service["UUID"]?.stringValue?.lowercased() == uuid
     }.keys
     guard let service = services.sorted().first else {
-      emit(.unreadable(item.device, .noInformationService(device: item.device.label)))
+      if item.unsure {
+        logger.debug("\(item.device.label) has no 9PIS service: not a board")
+      } else {
+        emit(.unreadable(item.device, .noInformationService(device: item.device.label)))
+      }
       return
     }
+    if item.unsure { emit(.seen(item.device)) }
     var information = NinePInformation()
     for (characteristicPath, interfaces) in objects.sorted(by: { $0.key < $1.key }) {
       guard let properties = interfaces[Self.characteristicInterface],

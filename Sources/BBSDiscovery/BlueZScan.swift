@@ -31,7 +31,12 @@ final class BlueZScan {
     var connectedByUs = false
     /// When the scan first heard it: its scan response (with its name) may come a moment later.
     var seenAt = ContinuousClock.now
+    /// Not known to advertise 9PIS (``Candidate/maybe``): reported only if it has the service.
+    var unsure = false
   }
+
+  /// Devices whose RSSI BlueZ updated during this scan's discovery (filtered on 9PIS).
+  var heardDuringDiscovery: Set<String> = []
 
   /// How long a board found is left to finish advertising (its scan response carries the name)
   /// before discovery pauses to read it.
@@ -313,6 +318,11 @@ final class BlueZScan {
       else { return }
       for (name, value) in signal.body[1].stringKeyed ?? [:] {
         objects[signal.path]?[interface, default: [:]][name] = value
+      }
+      if interface == Self.deviceInterface, discovering,
+        signal.body[1].stringKeyed?["RSSI"] != nil
+      {
+        heardDuringDiscovery.insert(signal.path)
       }
       if interface == Self.deviceInterface, discovering,
         objects[signal.path]?[interface]?["Connected"]?.boolValue != true,

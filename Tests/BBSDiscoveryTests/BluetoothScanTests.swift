@@ -486,4 +486,34 @@ final class BluetoothScanTests: XCTestCase {
     XCTAssertTrue(run.stdout.hasPrefix("THE_GRID  C0:FF:EE:00:00:01"), run.all)
     XCTAssertEqual(mock.cachedBoards.first?["name"] as? String, "THE_GRID")
   }
+
+  /// A machine connected to before it became a board keeps its old UUIDs in BlueZ (which then
+  /// ignores advertised ones): heard during the 9PIS-filtered discovery, it is read and listed
+  /// if it has the 9PIS service. A device heard that has none is left out without an error,
+  /// and a paired one is never connected to.
+  func testAMachineThatBecameABoardSinceItsLastConnectionIsFound() throws {
+    guard BlueZMock.requirePython() else { return }
+    let oldUUIDs = ["00001800-0000-1000-8000-00805f9b34fb", "00001801-0000-1000-8000-00805f9b34fb"]
+    var board = Self.grid
+    board["known"] = true
+    board["rssi_known"] = false
+    board["known_uuids"] = oldUUIDs
+    var other = board
+    other["address"] = "C0:FF:EE:00:00:02"
+    other["name"] = "NOT_A_BOARD"
+    other["services"] = [[String: Any]]()
+    var paired = board
+    paired["address"] = "C0:FF:EE:00:00:03"
+    paired["name"] = "HEADPHONES"
+    paired["paired"] = true
+    let run = try mock.run(
+      scene: Self.scene([board, other, paired]), ["scan", "--timeout", "1.5", "--json"])
+    XCTAssertEqual(run.status, 0, run.all)
+    let boards = run.jsonLines.filter { $0["event"] as? String == "board" }
+    XCTAssertEqual(boards.compactMap { $0["name"] as? String }, ["THE_GRID"], run.all)
+    XCTAssertTrue(run.jsonLines.filter { $0["event"] as? String == "error" }.isEmpty, run.all)
+    XCTAssertFalse(
+      mock.calls.contains { $0.path.hasSuffix("dev_C0_FF_EE_00_00_03") && $0.method == "Connect" },
+      "a paired device is not connected to: \(mock.methods)")
+  }
 }
