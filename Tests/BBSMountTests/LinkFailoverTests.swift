@@ -210,7 +210,11 @@ final class LinkFailoverTests: XCTestCase {
     // Only lines posted while the stalled link was still open can be lost so.
     // Such a post may also come once, later: it was on the wire when the link was given up,
     // so the outbox sends it again (at least once) and the reader shows that copy.
+    // A cut has the same race in a narrower window: the board answered the parked read with
+    // the line posted just then, and the answer died with the link (a fresh-clone CI run lost
+    // `p 12`, the post made as the link was cut, while the board held it once).
     let seen = chatTexts(reader.text).filter { $0.hasPrefix("p ") }
+    let cutWindow = (11...15).map { "p \($0)" }
     let stallWindow = (71...95).map { "p \($0)" }
     let outside = seen.filter { !stallWindow.contains($0) }
     XCTAssertEqual(outside, expected.filter { outside.contains($0) }, "the reader reordered lines")
@@ -221,8 +225,9 @@ final class LinkFailoverTests: XCTestCase {
     XCTAssertEqual(Set(seen).count, seen.count, "the reader saw a line twice")
     let missed = expected.filter { !seen.contains($0) }
     XCTAssertTrue(
-      missed.allSatisfy(stallWindow.contains) && missed.count <= 3,
-      "the mount's reader lost lines outside the stall: \(missed)")
+      missed.allSatisfy { stallWindow.contains($0) || cutWindow.contains($0) }
+        && missed.count <= 3,
+      "the mount's reader lost lines outside the cut and the stall: \(missed)")
     // The board itself: every post, in order. A post on the wire when a link died is sent
     // again (at least once), so the board may hold it twice; the mount's reader drops that.
     let board = chatTexts(auditor.text).filter { $0.hasPrefix("p ") }
