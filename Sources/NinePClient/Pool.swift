@@ -68,7 +68,7 @@ public final class Pool: Sendable {
     var configuration = configuration
     if configuration.profile == .device, configuration.board == nil {
       // One board, one worker: every session this pool opens shares its queue.
-      configuration.board = BoardQueue(parkTime: configuration.parkGrace)
+      configuration.board = BoardQueue()
     }
     self.configuration = configuration
     self.maxSessions = max(1, maxSessions)
