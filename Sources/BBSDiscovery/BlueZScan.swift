@@ -97,19 +97,43 @@ final class BlueZScan {
 
   // MARK: Setup
 
-  private func prepare() throws(DiscoveryError) {
-    let owner: String
+  /// bluetoothd's unique name on `bus`.
+  static func bluezOwner(on bus: SdBus) throws(DiscoveryError) -> String {
     do {
       let reply = try bus.call(
         MethodCall(
           destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
           interface: "org.freedesktop.DBus", member: "GetNameOwner",
-          arguments: [.string(Self.bluez)]), timeout: Self.callTimeout)
-      owner = reply.first?.stringValue ?? ""
+          arguments: [.string(bluez)]), timeout: callTimeout)
+      return reply.first?.stringValue ?? ""
     } catch {
       if error.name == "org.freedesktop.DBus.Error.NameHasNoOwner" { throw .bluezNotRunning }
       throw .noSystemBus(reason: error.description)
     }
+  }
+
+  /// Every object bluetoothd has: adapters, devices, their services.
+  static func managedObjects(on bus: SdBus) throws(DiscoveryError) -> Objects {
+    let reply: [DBusValue]
+    do {
+      reply = try bus.call(
+        MethodCall(
+          destination: bluez, path: "/", interface: "org.freedesktop.DBus.ObjectManager",
+          member: "GetManagedObjects"), timeout: callTimeout)
+    } catch {
+      throw mapped(error, operation: "listing objects")
+    }
+    var objects: Objects = [:]
+    for (path, interfaces) in reply.first?.stringKeyed ?? [:] {
+      for (interface, properties) in interfaces.stringKeyed ?? [:] {
+        objects[path, default: [:]][interface] = properties.stringKeyed ?? [:]
+      }
+    }
+    return objects
+  }
+
+  private func prepare() throws(DiscoveryError) {
+    let owner = try Self.bluezOwner(on: bus)
     do {
       try bus.addMatch(
         "type='signal',sender='\(owner)',interface='org.freedesktop.DBus.ObjectManager',path='/'")
@@ -119,14 +143,7 @@ final class BlueZScan {
     } catch {
       throw .bluezFailed(operation: "subscribing to signals", reason: error.description)
     }
-    let reply = try bluezCall(
-      path: "/", interface: "org.freedesktop.DBus.ObjectManager", member: "GetManagedObjects",
-      operation: "listing objects")
-    for (path, interfaces) in reply.first?.stringKeyed ?? [:] {
-      for (interface, properties) in interfaces.stringKeyed ?? [:] {
-        objects[path, default: [:]][interface] = properties.stringKeyed ?? [:]
-      }
-    }
+    objects = try Self.managedObjects(on: bus)
     try chooseAdapters()
     logger.debug("scanning on \(adapterPaths.joined(separator: ", "))")
     for path in adapterPaths {
@@ -171,7 +188,7 @@ final class BlueZScan {
         case "org.bluez.Error.InProgress": break
         case "org.bluez.Error.NotReady":
           failures.append((path, .adapterOff(adapter: Self.name(of: path), blocked: false)))
-        default: failures.append((path, mapped(error, operation: "StartDiscovery")))
+        default: failures.append((path, Self.mapped(error, operation: "StartDiscovery")))
         }
       }
     }
@@ -198,11 +215,11 @@ final class BlueZScan {
           destination: Self.bluez, path: path, interface: interface, member: member,
           arguments: arguments), timeout: Self.callTimeout)
     } catch {
-      throw mapped(error, operation: operation)
+      throw Self.mapped(error, operation: operation)
     }
   }
 
-  private func mapped(_ error: BusError, operation: String) -> DiscoveryError {
+  static func mapped(_ error: BusError, operation: String) -> DiscoveryError {
     switch error.name {
     case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner":
       return .bluezNotRunning

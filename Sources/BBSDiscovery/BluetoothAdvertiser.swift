@@ -102,35 +102,8 @@ public final class BluetoothAdvertiser: @unchecked Sendable {
   // MARK: bluetoothd
 
   private func managedObjects(_ bus: SdBus) throws(DiscoveryError) -> BlueZScan.Objects {
-    do {
-      _ = try bus.call(
-        MethodCall(
-          destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-          interface: "org.freedesktop.DBus", member: "GetNameOwner",
-          arguments: [.string(BlueZScan.bluez)]), timeout: BlueZScan.callTimeout)
-    } catch {
-      if error.name == "org.freedesktop.DBus.Error.NameHasNoOwner" { throw .bluezNotRunning }
-      throw .noSystemBus(reason: error.description)
-    }
-    let reply: [DBusValue]
-    do {
-      reply = try bus.call(
-        MethodCall(
-          destination: BlueZScan.bluez, path: "/", interface: "org.freedesktop.DBus.ObjectManager",
-          member: "GetManagedObjects"), timeout: BlueZScan.callTimeout)
-    } catch {
-      if error.name == "org.freedesktop.DBus.Error.AccessDenied" {
-        throw .bluetoothAccessDenied(reason: error.message)
-      }
-      throw .bluezFailed(operation: "listing objects", reason: error.description)
-    }
-    var objects: BlueZScan.Objects = [:]
-    for (path, interfaces) in reply.first?.stringKeyed ?? [:] {
-      for (interface, properties) in interfaces.stringKeyed ?? [:] {
-        objects[path, default: [:]][interface] = properties.stringKeyed ?? [:]
-      }
-    }
-    return objects
+    _ = try BlueZScan.bluezOwner(on: bus)
+    return try BlueZScan.managedObjects(on: bus)
   }
 
   /// The adapter with ``adapterAddress``, or every powered one.
