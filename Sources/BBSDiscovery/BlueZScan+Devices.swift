@@ -57,10 +57,12 @@ extension BlueZScan {
       guard let candidate = candidate(path), let device = device(at: path) else { continue }
       logger.debug(
         "\(candidate == .board ? "9PIS" : "possible 9PIS") device \(device.label) at \(path)")
+      let now = ContinuousClock.now
+      let unheardLink = isConnected(path) && !heardDuringDiscovery.contains(path)
       work[path] = Work(
-        device: device, stage: .done,
-        deadline: ContinuousClock.now.advanced(by: options.readTimeout), unsure: candidate == .maybe
-      )
+        device: device, stage: .done, deadline: now.advanced(by: options.readTimeout),
+        readyAt: now.advanced(by: unheardLink ? Self.linkedPatience : Self.settle),
+        unsure: candidate == .maybe)
       if candidate == .board { emit(.seen(device)) }
       if options.readsInformation { work[path]?.stage = .waiting }
     }
@@ -73,17 +75,21 @@ extension BlueZScan {
     objects[path]?[Self.deviceInterface]?["ServicesResolved"]?.boolValue == true
   }
 
-  /// Connects to every board waiting to be read (discovery has paused): each has the read
-  /// timeout from now.
+  func isConnected(_ path: String) -> Bool {
+    objects[path]?[Self.deviceInterface]?["Connected"]?.boolValue == true
+  }
+
+  /// Connects to every board waiting to be read whose link is down (discovery has paused).
   func connectWaiting(now: ContinuousClock.Instant) {
-    for (path, item) in work where item.stage == .waiting {
-      if let name = advertisedNames[path] { work[path]?.device.name = name }
-      work[path]?.deadline = now.advanced(by: options.readTimeout)
-      startReading(path)
+    for (path, item) in work where item.stage == .waiting && !isConnected(path) {
+      startReading(path, now: now)
     }
   }
 
-  private func startReading(_ path: String) {
+  /// Starts reading a board: it has the read timeout from now.
+  func startReading(_ path: String, now: ContinuousClock.Instant) {
+    if let name = advertisedNames[path] { work[path]?.device.name = name }
+    work[path]?.deadline = now.advanced(by: options.readTimeout)
     let properties = objects[path]?[Self.deviceInterface] ?? [:]
     if properties["Connected"]?.boolValue == true {
       work[path]?.stage = .resolving

@@ -29,8 +29,10 @@ final class BlueZScan {
     var stage: Stage
     var deadline: ContinuousClock.Instant
     var connectedByUs = false
-    /// When the scan first heard it: its scan response (with its name) may come a moment later.
-    var seenAt = ContinuousClock.now
+    /// When it may be read: a moment after it was first heard, as its scan response (with its
+    /// name) may come a little later; a while longer for a board whose link is already up and
+    /// that has not been heard yet (BlueZ calls it by its GAP name until it advertises).
+    var readyAt = ContinuousClock.now.advanced(by: BlueZScan.settle)
     /// Not known to advertise 9PIS (``Candidate/maybe``): reported only if it has the service.
     var unsure = false
   }
@@ -42,10 +44,20 @@ final class BlueZScan {
   /// before discovery pauses to read it.
   static let settle: Duration = .milliseconds(400)
 
-  /// The last name each device advertised while not connected, by path: once connected, BlueZ
-  /// renames a device to its GAP name (a Linux board says "BlueZ 5.66"), and a device
-  /// connected before keeps that name until its next advertisement.
+  /// How long a board whose link is already up is given to be heard before it is read anyway.
+  static let linkedPatience: Duration = .seconds(2)
+
+  /// The last name each device advertised, by path: once connected, BlueZ renames a device to
+  /// its GAP name (a Linux board says "BlueZ 5.66"), and a device connected before keeps that
+  /// name until its next advertisement.
   var advertisedNames: [String: String] = [:]
+
+  /// When each device's link came up during this scan, by path: BlueZ reads the GAP name
+  /// shortly after, and a Name change in that time is no advertisement.
+  var linkUp: [String: ContinuousClock.Instant] = [:]
+
+  /// How long after a link comes up a Name change is taken for the GAP name read.
+  static let gapNameWindow: Duration = .seconds(5)
 
   let scanner: BluetoothScanner
   let options: BluetoothScanOptions
@@ -258,10 +270,12 @@ final class BlueZScan {
         stopDiscovery()
         try startDiscovery()
       }
-      let settled = work.values.contains {
-        $0.stage == .waiting && ($0.seenAt + Self.settle <= now || now >= discoveryEnd)
+      let ready = work.filter {
+        $0.value.stage == .waiting && ($0.value.readyAt <= now || now >= discoveryEnd)
       }
-      if settled {
+      // A board whose link is up is read over it, with discovery left running.
+      for path in ready.keys where isConnected(path) { startReading(path, now: now) }
+      if ready.keys.contains(where: { !isConnected($0) }) {
         // BlueZ sends an LE connect only once discovery has stopped (seen with btmon): pause
         // it while boards are read, and resume it afterwards if the scan has time left.
         if discovering {
@@ -282,8 +296,8 @@ final class BlueZScan {
       let rescanAt = discoveryStarted + Self.rescanInterval
       if discovering && rescanAt > now && rescanAt < next { next = rescanAt }
       for item in pending where item.deadline < next { next = item.deadline }
-      for item in pending where item.stage == .waiting && item.seenAt + Self.settle < next {
-        next = item.seenAt + Self.settle
+      for item in pending where item.stage == .waiting && item.readyAt < next {
+        next = item.readyAt
       }
       let slice = min(max(next - now, .milliseconds(1)), .milliseconds(100))
       do {
@@ -312,6 +326,32 @@ final class BlueZScan {
     }
   }
 
+  /// Notes a device's changed properties: when it was heard, when its link came up, and the
+  /// name it advertised. BlueZ sets Name from every advertisement heard during discovery, even
+  /// from a device already connected (a board advertises while a member's link is up), and from
+  /// the GAP name when a link comes up: a Name is taken as advertised while discovering, except
+  /// just after a link came up and while this scan is connecting to the device.
+  private func deviceChanged(_ path: String, _ changed: [String: DBusValue]) {
+    let now = ContinuousClock.now
+    if changed["Connected"]?.boolValue == true { linkUp[path] = now }
+    if discovering, changed["RSSI"] != nil {
+      heardDuringDiscovery.insert(path)
+      if let item = work[path], item.stage == .waiting {
+        work[path]?.readyAt = min(item.readyAt, now.advanced(by: Self.settle))
+      }
+    }
+    guard discovering, let name = changed["Name"]?.stringValue, !name.isEmpty else { return }
+    let connecting = work[path].map { $0.stage == .connecting || $0.stage == .resolving } ?? false
+    let gapRead =
+      objects[path]?[Self.deviceInterface]?["Connected"]?.boolValue == true
+      && linkUp[path].map { now < $0.advanced(by: Self.gapNameWindow) } ?? false
+    if connecting || gapRead {
+      logger.debug("\(path) renamed '\(name)' as its link came up: not an advertised name")
+      return
+    }
+    advertisedNames[path] = name
+  }
+
   private func apply(_ signal: BusSignal) {
     switch (signal.interface, signal.member) {
     case ("org.freedesktop.DBus.ObjectManager", "InterfacesAdded"):
@@ -336,16 +376,8 @@ final class BlueZScan {
       for (name, value) in signal.body[1].stringKeyed ?? [:] {
         objects[signal.path]?[interface, default: [:]][name] = value
       }
-      if interface == Self.deviceInterface, discovering,
-        signal.body[1].stringKeyed?["RSSI"] != nil
-      {
-        heardDuringDiscovery.insert(signal.path)
-      }
-      if interface == Self.deviceInterface, discovering,
-        objects[signal.path]?[interface]?["Connected"]?.boolValue != true,
-        let name = signal.body[1].stringKeyed?["Name"]?.stringValue, !name.isEmpty
-      {
-        advertisedNames[signal.path] = name
+      if interface == Self.deviceInterface {
+        deviceChanged(signal.path, signal.body[1].stringKeyed ?? [:])
       }
       for name in signal.body.count > 2 ? signal.body[2].stringArray ?? [] : [] {
         objects[signal.path]?[interface]?[name] = nil

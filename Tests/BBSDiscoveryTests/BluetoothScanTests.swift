@@ -487,6 +487,26 @@ final class BluetoothScanTests: XCTestCase {
     XCTAssertEqual(mock.cachedBoards.first?["name"] as? String, "THE_GRID")
   }
 
+  /// A board still connected to this machine (a member's mount, or bluetoothd's GATT client
+  /// lingering after one) is called by its GAP name, but a board advertises while a link is up,
+  /// and BlueZ renames it to the name heard: the scan lists and caches that name (the kernel's
+  /// stack did this in the Bluetooth VM, scenario known-becomes-board).
+  func testABoardStillConnectedIsListedUnderTheNameItAdvertises() throws {
+    guard BlueZMock.requirePython() else { return }
+    var connected = Self.grid
+    connected["known"] = true
+    connected["connected"] = true
+    connected["rssi_known"] = false
+    connected["known_name"] = "BlueZ 5.66"
+    connected["gap_name"] = "BlueZ 5.66"
+    let run = try mock.run(scene: Self.scene([connected]), ["scan", "--timeout", "1.5"])
+    XCTAssertEqual(run.status, 0, run.all)
+    XCTAssertTrue(run.stdout.hasPrefix("THE_GRID  C0:FF:EE:00:00:01"), run.all)
+    XCTAssertEqual(mock.cachedBoards.first?["name"] as? String, "THE_GRID")
+    XCTAssertFalse(
+      mock.calls.contains { $0.method == "Disconnect" }, "a link the scan did not make is left up")
+  }
+
   /// A machine connected to before it became a board keeps its old UUIDs in BlueZ (which then
   /// ignores advertised ones): heard during the 9PIS-filtered discovery, it is read and listed
   /// if it has the 9PIS service. A device heard that has none is left out without an error,
