@@ -48,6 +48,8 @@ public struct FuseMountOptions: Sendable {
   public var allowNonEmptyMountpoint = false
   /// More `-o` options passed to libfuse as they are (`"noatime"`, `"max_read=…"`).
   public var extraOptions: [String] = []
+  /// Access-time options libfuse does not take, applied once mounted (``AccessTimes``).
+  public var accessTimes = AccessTimes()
   /// Most worker threads (libfuse default: 10).
   public var maxThreads: Int?
   /// Most idle worker threads kept around (libfuse default: 10).
@@ -109,6 +111,8 @@ public enum FuseMountError: Error, Equatable, CustomStringConvertible {
   case notFuseMount(String, type: String)
   /// Unmounting failed.
   case unmountFailed(String, reason: String)
+  /// The access-time options could not be set on the mount (the options, errno).
+  case accessTimesRefused([String], errno: Int32)
 
   public var description: String {
     switch self {
@@ -130,6 +134,11 @@ public enum FuseMountError: Error, Equatable, CustomStringConvertible {
     case .notMounted(let p): return "nothing is mounted at \(p)"
     case .notFuseMount(let p, let t): return "\(p) is a \(t) mount, not FUSE"
     case .unmountFailed(let p, let r): return "unmounting \(p) failed: \(r)"
+    case .accessTimesRefused(let o, let e) where e == EPERM:
+      return
+        "option \(o.joined(separator: ",")) changes the mount's flags, which only root may do (fusermount3 cannot)"
+    case .accessTimesRefused(let o, let e):
+      return "cannot set \(o.joined(separator: ",")) on the mount: \(String(cString: strerror(e)))"
     }
   }
 }
@@ -220,6 +229,14 @@ public final class FuseMount: Sendable {
       if options.handleSignals { SignalRelay.uninstall(raw) }
       fuse_session_destroy(raw)
       throw .mountFailed(mountpoint)
+    }
+    do {
+      try options.accessTimes.apply(to: MountTable.absolutePath(mountpoint))
+    } catch {
+      fuse_session_unmount(raw)
+      if options.handleSignals { SignalRelay.uninstall(raw) }
+      fuse_session_destroy(raw)
+      throw .accessTimesRefused(options.accessTimes.options, errno: error.errno)
     }
     core.attach(raw)
     let entry = MountTable.entry(at: MountTable.absolutePath(mountpoint))

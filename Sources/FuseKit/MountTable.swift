@@ -18,6 +18,8 @@ public enum MountTable {
     public var source: String
     /// The FUSE `user_id=` of the superblock options: who mounted it.
     public var userID: uid_t?
+    /// The per-mount options (`rw`, `nosuid`, `relatime`…).
+    public var options: [String] = []
   }
 
   /// Every mount, in mount order (a later one at the same place is on top).
@@ -37,7 +39,8 @@ public enum MountTable {
       }
       return Entry(
         id: id, device: String(fields[2]), mountpoint: unescape(fields[4]),
-        type: String(fields[dash + 1]), source: unescape(fields[dash + 2]), userID: userID)
+        type: String(fields[dash + 1]), source: unescape(fields[dash + 2]), userID: userID,
+        options: fields[5].split(separator: ",").map(String.init))
     }
   }
 

@@ -74,8 +74,10 @@ struct MountCommand: ParsableCommand {
       this authentication; raw signs the board's 32-byte challenge as it is, only for a \
       deployed board that verifies that (warned each mount). Board keys are pinned per \
       address in $XDG_STATE_HOME/mount9bbs/known_boards (default ~/.local/state/...)
-        libfuse's and the kernel's: fsname=, subtype=, max_read=, auto_unmount, dev, nodev, \
-      suid, nosuid, exec, noexec, atime, noatime, relatime, sync, async, dirsync and the like.
+        libfuse's and the kernel's: fsname=, max_read=, auto_unmount, dev, nodev, suid, \
+      nosuid, exec, noexec, atime, noatime, sync, async, dirsync and the like; relatime, \
+      strictatime, nodiratime and their opposites are set on the mount once made (root only, \
+      unless they are what the mount has already).
       fstab's own (noauto, nofail, _netdev, user, x-*, ...) are ignored. Any other option is an \
       error that names it.
 

@@ -198,6 +198,7 @@ struct MountDaemon {
     fuseOptions.readOnly = options.readOnly
     fuseOptions.allowNonEmptyMountpoint = options.allowNonEmpty
     fuseOptions.extraOptions = options.passthrough
+    fuseOptions.accessTimes = options.accessTimes
     fuseOptions.maxRead = options.maxRead ?? splicedRequestLimit
     fuseOptions.handleSignals = true
     // Stopping (feeds, histories, clunking every fid) must not be cut short by a second

@@ -1,6 +1,7 @@
 import BBSIdentity
 import BBSMount
 import Foundation
+import FuseKit
 import NinePClient
 
 /// The `-o` options, validated.
@@ -55,6 +56,8 @@ struct ParsedOptions {
   /// MountIdentity.swift); the daemon gets them through an inherited pipe (`--key-fd`).
   var unlockedKey: UnlockedKey?
   var passthrough: [String] = []
+  /// `relatime`, `strictatime`, `nodiratime` and the like, set on the mount once it is made.
+  var accessTimes = AccessTimes()
   /// `watch=`, `watch-interval=`, `highlight=`, `notify=`, `notify-command=` (see Awareness/).
   var awareness = AwarenessOptions()
 
@@ -72,8 +75,15 @@ struct ParsedOptions {
   /// Options libfuse (or the kernel) takes as they are: the mount flags and libfuse's own.
   static let libfuseFlags: Set<String> = [
     "rw", "dev", "nodev", "suid", "nosuid", "exec", "noexec", "async", "sync", "dirsync",
-    "atime", "noatime", "diratime", "nodiratime", "relatime", "norelatime", "strictatime",
-    "nostrictatime", "lazytime", "nolazytime", "auto_unmount", "blkdev",
+    "atime", "noatime", "auto_unmount",
+  ]
+  /// Mount flags libfuse passes on and the kernel's FUSE has no use for, with why.
+  static let meaningless: [String: String] = [
+    "lazytime":
+      "the kernel keeps a FUSE file's times in memory and never writes them back, lazily or not",
+    "nolazytime":
+      "the kernel keeps a FUSE file's times in memory and never writes them back, lazily or not",
+    "blkdev": "it is for FUSE file systems on a block device (fuseblk); a board is not one",
   ]
   static let libfuseValued: Set<String> = [
     "fsname", "blksize", "context", "fscontext", "defcontext",
@@ -282,6 +292,11 @@ struct ParsedOptions {
       break
     case _ where Self.libfuseFlags.contains(key) && option.value == nil:
       passthrough.append(option.item)
+    case _ where option.value == nil && accessTimes.add(key):
+      break
+    case _ where Self.meaningless[key] != nil:
+      throw Invalid(
+        description: "option \(key) has no meaning here: \(Self.meaningless[key] ?? "")")
     case _ where Self.libfuseValued.contains(key):
       _ = try option.required()
       passthrough.append(option.item)

@@ -119,6 +119,8 @@ final class CommandConventionsTests: XCTestCase {
       ("uid=abc", "option uid=abc: expected a number"),
       ("umask=999", "option umask=999: expected octal"),
       ("idmap=file", "option idmap=file"),
+      ("lazytime", "option lazytime has no meaning here"),
+      ("blkdev", "option blkdev has no meaning here"),
     ] {
       for foreground in [false, true] {
         let result = try run(
@@ -163,6 +165,31 @@ final class CommandConventionsTests: XCTestCase {
     XCTAssertTrue(isMounted(mountpoint), "reported success but mounted nothing")
     XCTAssertFalse(try sh("cat \(mountpoint)/etc/motd").isEmpty)
     XCTAssertEqual(try run("mount9bbs", ["-u", mountpoint]).status, 0)
+  }
+
+  /// The access-time options libfuse does not take (`relatime`, `strictatime`, `nodiratime`…;
+  /// `-o relatime` once failed with "libfuse rejected the options") are set on the mount, a
+  /// later one winning as with mount(8).
+  func testAccessTimeOptionsAreSetOnTheMount() throws {
+    let server = try startServer()
+    let directory = try temporaryDirectory()
+    let mountpoint = directory + "/mnt"
+    for (options, present, absent) in [
+      ("relatime", ["relatime"], ["noatime", "nodiratime"]),
+      ("strictatime,nodiratime", ["nodiratime"], ["relatime", "noatime"]),
+      ("norelatime", [String](), ["relatime", "noatime"]),
+      ("noatime,nodiratime,diratime", ["noatime"], ["relatime", "nodiratime"]),
+      ("noatime,relatime", ["relatime"], ["noatime"]),
+    ] {
+      let mounted = try run("mount9bbs", ["-o", options, server.address, mountpoint])
+      XCTAssertEqual(mounted.status, 0, "\(options): \(mounted.output)")
+      let flags = try sh("findmnt -n -o VFS-OPTIONS \(mountpoint)")
+        .trimmingCharacters(in: .whitespacesAndNewlines).split(separator: ",").map(String.init)
+      for flag in present { XCTAssertTrue(flags.contains(flag), "\(options): \(flags)") }
+      for flag in absent { XCTAssertFalse(flags.contains(flag), "\(options): \(flags)") }
+      XCTAssertFalse(try sh("cat \(mountpoint)/etc/motd").isEmpty, options)
+      XCTAssertEqual(try run("mount9bbs", ["-u", mountpoint]).status, 0)
+    }
   }
 
   /// fusermount3's own reason reaches the terminal of a detached mount, with a non-zero
