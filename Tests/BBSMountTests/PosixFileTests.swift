@@ -156,6 +156,53 @@ final class PosixFileTests: XCTestCase {
     rig.assertNoViolations()
   }
 
+  /// A file written and closed through the mount maps at once when opened read-only
+  /// (xfstests generic/010: `mmap(MAP_SHARED, PROT_READ)` gave ENODEV for about 2 s, as the
+  /// open went direct while the server's entry still said 0 bytes).
+  func testAFileJustWrittenMapsSharedReadOnly() throws {
+    let (rig, _) = try start()
+    let script = """
+      import mmap, os, sys
+      for i in range(5):
+          path = sys.argv[1] + str(i)
+          with open(path, 'wb') as f:
+              f.write(bytes([65 + i]) * 8192)
+          fd = os.open(path, os.O_RDONLY)
+          m = mmap.mmap(fd, 8192, mmap.MAP_SHARED, mmap.PROT_READ)
+          assert m[:3] == bytes([65 + i]) * 3 and m[8191] == 65 + i, m[:3]
+          m.close()
+          os.close(fd)
+      print('ok')
+      """
+    XCTAssertEqual(try python(rig, script, [rig.path("files/mapped")]), "ok\n")
+    rig.assertNoViolations()
+  }
+
+  /// A directory renamed over keeps no links for a descriptor still open on it (xfstests
+  /// generic/035: `st_nlink` stayed 2), as a file renamed over does.
+  func testRenamedOverEntriesHaveNoLinks() throws {
+    let (rig, _) = try start()
+    let script = """
+      import os, sys
+      root = sys.argv[1]
+      os.mkdir(root + '/a'); os.mkdir(root + '/b')
+      fd = os.open(root + '/b', os.O_RDONLY | os.O_DIRECTORY)
+      os.rename(root + '/a', root + '/b')
+      directory = os.fstat(fd).st_nlink
+      os.close(fd)
+      for name in ('f', 'g'):
+          with open(root + '/' + name, 'w') as f: f.write(name)
+      with open(root + '/g') as g:
+          os.rename(root + '/f', root + '/g')
+          file = os.fstat(g.fileno()).st_nlink
+      print(directory, file, os.stat(root + '/b').st_nlink)
+      """
+    let area = rig.path("files/over")
+    try FileManager.default.createDirectory(atPath: area, withIntermediateDirectories: true)
+    XCTAssertEqual(try python(rig, script, [area]), "0 0 2\n")
+    rig.assertNoViolations()
+  }
+
   /// `fstat` of a file open and then unlinked answers from what the mount knows of it.
   func testFstatOfAnOpenUnlinkedFile() throws {
     let (rig, _) = try start()

@@ -75,6 +75,9 @@ struct NodeAttributes: Sendable {
       let exact = node.stat?.mode.isDirectory ?? false
       attributes.st_mode = S_IFDIR | mode_t(exact ? permissions : permissions | 0o500)
       attributes.st_nlink = 2 + UInt(node.subdirectories ?? 0)
+      // Removed, or renamed over, with a descriptor still open on it (rmdir's the kernel
+      // clears itself; a rename over it only drops its cached attributes).
+      if node.unlinked { attributes.st_nlink = 0 }
     case .file:
       attributes.st_mode = S_IFREG | mode_t(permissions)
       // cat and cp size their buffers by st_blksize: a megabyte per request (FUSE's largest)

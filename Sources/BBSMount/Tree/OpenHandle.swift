@@ -139,7 +139,9 @@ final class RemoteFileHandle: OpenHandle {
         // shared writable mmap works: FUSE refuses one on a direct-I/O open (SQLite's -shm,
         // LMDB). Write-only opens stay direct: they cannot be mapped, and `cp`
         // into the mount keeps its speed without the page cache's copy.
-        let length = node.stat?.length ?? 0
+        // The mount's own size first: a file written and closed through the mount a moment ago
+        // has it before the server's entry says so (mmap of it must not fail with ENODEV).
+        let length = node.local?.size ?? node.stat?.length ?? 0
         let knowsSize = length > 0 || openMode.allowsWriting
         info.directIO =
           !knowsSize || info.flags & O_ACCMODE == O_WRONLY
