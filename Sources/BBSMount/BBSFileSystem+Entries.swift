@@ -18,9 +18,10 @@ extension BBSFileSystem {
     answersInterrupts(request)
     remote.makeDirectory(in: directory.path, name: name, permissions: UInt32(mode)) {
       [self] made in
-      listings.invalidate(directory.path)
       switch made {
-      case .success(let stat):
+      case .success(var stat):
+        stat.name = name
+        listings.apply(.added(stat), to: directory.path)
         inodes.entriesChanged(directory.inode)
         inodes.subdirectoriesChanged(directory.inode, by: 1)
         var node = inodes.record(path: directory.path + [name], kind: .directory, stat: stat)
@@ -29,6 +30,7 @@ extension BBSFileSystem {
         node.subdirectories = 0
         request.replyEntry(nodes.entry(for: node))
       case .failure(let error):
+        listings.invalidate(directory.path)
         request.replyError(error.errno)
       }
     }
@@ -57,12 +59,14 @@ extension BBSFileSystem {
     let removesDirectory = isDirectory(directory.path + [name])
     answersInterrupts(request)
     remote.remove(directory.path + [name]) { [self] result in
-      listings.invalidate(directory.path)
       listings.forgetSubtree(directory.path + [name])
       if case .success = result {
+        listings.apply(.removed(name), to: directory.path)
         inodes.unlink(directory.path + [name])
         inodes.entriesChanged(directory.inode)
         if removesDirectory { inodes.subdirectoriesChanged(directory.inode, by: -1) }
+      } else {
+        listings.invalidate(directory.path)
       }
       request.replyError(result.errnoValue)
     }
@@ -89,16 +93,17 @@ extension BBSFileSystem {
       && isDirectory(directory.path + [newName])
     answersInterrupts(request)
     remote.rename(in: directory.path, name, to: newName) { [self] result in
-      listings.invalidate(directory.path)
       listings.forgetSubtree(directory.path + [name])
       listings.forgetSubtree(directory.path + [newName])
       switch result {
       case .success:
+        listings.apply(.renamed(from: name, to: newName), to: directory.path)
         inodes.move(from: directory.path + [name], to: directory.path + [newName])
         inodes.entriesChanged(directory.inode)
         if replacesDirectory { inodes.subdirectoriesChanged(directory.inode, by: -1) }
         request.replyError(0)
       case .failure(let error):
+        listings.invalidate(directory.path)
         request.replyError(error.errno == EIO ? EPERM : error.errno)
       }
     }
@@ -121,11 +126,14 @@ extension BBSFileSystem {
     remote.create(
       in: directory.path, name: name, permissions: UInt32(mode) & 0o777, mode: .read
     ) { [self] created in
-      listings.invalidate(directory.path)
       switch created {
       case .failure(let error):
+        listings.invalidate(directory.path)
         request.replyError(error.errno)
       case .success(let (file, stat)):
+        var entry = stat
+        entry.name = name
+        listings.apply(.added(entry), to: directory.path)
         file.close()
         inodes.entriesChanged(directory.inode)
         let node = inodes.record(path: directory.path + [name], kind: .file, stat: stat)

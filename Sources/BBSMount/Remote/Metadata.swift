@@ -173,8 +173,7 @@ extension BBSFileSystem {
       case .success:
         inodes.invalidate(node.inode)
         inodes.changed(node.inode, by: asked)
-        listings.invalidate(Array(node.path.dropLast()))
-        tree.refresh(node) { [self] fresh in
+        tree.restat(node) { [self] fresh in
           switch fresh {
           case .success(let updated):
             request.replyAttr(nodes.attributes(for: updated), timeout: nodes.timeout(for: updated))

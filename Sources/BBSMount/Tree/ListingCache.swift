@@ -156,6 +156,46 @@ final class ListingCache: Sendable {
     }
   }
 
+  /// A change the mount made to a directory's entries, and the server confirmed.
+  enum Edit {
+    /// An entry was made (create, mkdir, mknod), or changed (its fresh entry).
+    case added(Stat)
+    case removed(String)
+    case renamed(from: String, to: String)
+  }
+
+  /// Applies the mount's own change to the listing kept for `path`, so the lookups after it
+  /// need no fresh listing: a create, remove or rename in a directory of N entries costs no
+  /// read of all N. The listing still expires with its age (changes by others show then).
+  /// One on its way, or only partly in, cannot take the edit: it is dropped (``invalidate(_:)``).
+  func apply(_ edit: Edit, to path: [String]) {
+    state.withLock { s in
+      guard s.fetching[path] == nil, var entry = s.entries[path], entry.complete else {
+        s.entries[path] = nil
+        if s.fetching[path] != nil { s.invalidated[path] = .now }
+        return
+      }
+      switch edit {
+      case .added(let stat):
+        entry.stats.removeAll { $0.name == stat.name }
+        entry.stats.append(stat)
+      case .removed(let name):
+        entry.stats.removeAll { $0.name == name }
+      case .renamed(let old, let new):
+        guard let index = entry.stats.firstIndex(where: { $0.name == old }) else {
+          s.entries[path] = nil
+          return
+        }
+        var moved = entry.stats[index]
+        moved.name = new
+        entry.stats.remove(at: index)
+        entry.stats.removeAll { $0.name == new }
+        entry.stats.append(moved)
+      }
+      s.entries[path] = entry
+    }
+  }
+
   /// Forgets `path` and everything under it, closing kept directories there (it was removed
   /// or renamed: a kept fid would list the old directory).
   func forgetSubtree(_ path: [String]) {

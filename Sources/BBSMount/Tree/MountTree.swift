@@ -177,6 +177,36 @@ final class MountTree: Sendable {
     }
   }
 
+  /// Fresh attributes for a node the mount just changed (setattr): a walk and Tstat of it
+  /// alone, its entry then updated in its parent's kept listing, so a `touch` in a directory
+  /// of N entries reads none of them. A chat room or board message is what its parent's
+  /// listing says (their Tstat does not tell the truth): that is fetched again.
+  func restat(
+    _ node: InodeTable.Node,
+    _ completion: @escaping @Sendable (Result<InodeTable.Node, NinePError>) -> Void
+  ) {
+    let parent = Array(node.path.dropLast())
+    let classifier = attributes.classifier
+    guard let name = node.path.last, node.kind == .file || node.kind == .directory,
+      !classifier.isChatDirectory(parent), !classifier.isBoardRoom(parent)
+    else {
+      listings.invalidate(parent)
+      return refresh(node, completion)
+    }
+    let asked = ContinuousClock.now
+    remote.stat(node.path) { [self] result in
+      switch result {
+      case .success(var stat):
+        stat.name = name
+        listings.apply(.added(stat), to: parent)
+      case .failure:
+        listings.invalidate(parent)
+      }
+      completion(
+        result.map { inodes.record(path: node.path, kind: node.kind, stat: $0, asOf: asked) })
+    }
+  }
+
   /// A fresh listing of `node` as directory entries, `.` and `..` first (as a local file
   /// system lists them; readdirplus links neither). `asOfNow`: not one already on its way
   /// (see ``ListingCache/listing(_:maxAge:complete:asOfNow:_:)``).

@@ -176,14 +176,18 @@ final class RemoteFileHandle: OpenHandle {
     let mode = opening
     let path = directory + [name]
     remote.create(in: directory, name: name, permissions: permissions, mode: mode) { created in
-      tree.listings.invalidate(directory)
       switch created {
       case .failure(let error) where error.errno == EEXIST && info.flags & O_EXCL == 0:
+        tree.listings.invalidate(directory)
         openExisting(
           request, path, mode: mode, info: info, tree: tree, remote: remote, handles: handles)
       case .failure(let error):
+        tree.listings.invalidate(directory)
         request.replyError(error.errno)
       case .success(let (file, stat)):
+        var entry = stat
+        entry.name = name
+        tree.listings.apply(.added(entry), to: directory)
         if let parent = tree.inodes.inode(for: directory) { tree.inodes.entriesChanged(parent) }
         let node = tree.inodes.record(path: path, kind: .file, stat: stat)
         // The mount made it: its size is known, and the page cache serves it (see open).

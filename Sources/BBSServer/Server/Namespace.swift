@@ -160,17 +160,25 @@ final class Namespace: Sendable {
     case .chatPost: mode = FileMode(permissions: 0o200)
     case .chatUsers, .chatRoom: mode = FileMode(permissions: 0o444)
     case .files(let path):
-      let info = try? files?.info(path)
-      let permissions = (info?.permissions ?? 0o644) & (files?.writable == true ? 0o777 : 0o555)
-      mode = FileMode(permissions: permissions, isDir ? .directory : [])
-      length = isDir ? 0 : (info?.size ?? 0)
-      mtime = info?.mtime ?? 0
-      atime = info?.atime ?? 0
+      if let info = try? files?.info(path) { return filesStat(path, info) }
+      mode = FileMode(permissions: 0o644 & (files?.writable == true ? 0o777 : 0o555))
     default: mode = FileMode(permissions: 0o755, .directory)
     }
     return Stat(
       qid: listingQid(node), mode: mode, atime: atime, mtime: mtime, length: length,
       name: node.name, uid: Self.owner, gid: Self.owner, muid: Self.owner)
+  }
+
+  /// The entry of the files area's `path`, from what the area says of it (one stat).
+  func filesStat(_ path: [String], _ info: FileInfo) -> Stat {
+    let permissions = info.permissions & (files?.writable == true ? 0o777 : 0o555)
+    let kind = NamespaceNode.files(path).kind
+    return Stat(
+      qid: Qid(
+        type: info.isDirectory ? .directory : .file, path: kind << 32 | (info.inode & 0xFFFF_FFFF)),
+      mode: FileMode(permissions: permissions, info.isDirectory ? .directory : []),
+      atime: info.atime, mtime: info.mtime, length: info.isDirectory ? 0 : info.size,
+      name: NamespaceNode.files(path).name, uid: Self.owner, gid: Self.owner, muid: Self.owner)
   }
 
   /// What Tstat says about a node.
@@ -204,22 +212,36 @@ final class Namespace: Sendable {
     }
   }
 
-  /// A directory read: whole stat entries starting at byte `offset` of the listing, at most
+  /// A directory's stat entries, encoded, in listing order: what a read of it from offset 0
+  /// goes through. A files-area directory is read once, one stat per entry.
+  func directoryEntries(_ node: NamespaceNode, user: BoardUser) throws(NinePFailure) -> [[UInt8]] {
+    if case .files(let path) = node, let files {
+      return try files.list(path).map { filesStat(path + [$0.name], $0.info).encoded() }
+    }
+    return try children(node).map { listingStat($0, user: user).encoded() }
+  }
+
+  /// A directory read of `entries`: the whole entries starting at byte `offset`, at most
   /// `count` bytes.
-  func readDirectory(_ node: NamespaceNode, offset: UInt64, count: Int, user: BoardUser)
-    throws(NinePFailure)
-    -> [UInt8]
-  {
+  static func directoryRead(_ entries: [[UInt8]], offset: UInt64, count: Int) -> [UInt8] {
     var out: [UInt8] = []
     var position: UInt64 = 0
-    for child in try children(node) {
-      let entry = listingStat(child, user: user).encoded()
+    for entry in entries {
       defer { position += UInt64(entry.count) }
       if position < offset { continue }
       if out.count + entry.count > count { break }
       out += entry
     }
     return out
+  }
+
+  /// A directory read: whole stat entries starting at byte `offset` of the listing, at most
+  /// `count` bytes.
+  func readDirectory(_ node: NamespaceNode, offset: UInt64, count: Int, user: BoardUser)
+    throws(NinePFailure)
+    -> [UInt8]
+  {
+    Self.directoryRead(try directoryEntries(node, user: user), offset: offset, count: count)
   }
 
   // MARK: Reading and writing

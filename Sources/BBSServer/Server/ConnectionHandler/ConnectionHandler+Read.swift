@@ -26,6 +26,13 @@ extension ConnectionHandler {
         room: room, fid: fid, tag: tag, count: limit, user: entry.user, state: &state,
         before: &before)
     }
+    if entry.fd == nil, namespace.isDirectory(entry.node) {
+      if offset == 0 || entry.listing == nil {
+        state.fids[fid]?.listing = try namespace.directoryEntries(entry.node, user: entry.user)
+      }
+      let listing = state.fids[fid]?.listing ?? []
+      return .rread(data: Namespace.directoryRead(listing, offset: offset, count: limit)[...])
+    }
     return .rread(
       data: try namespace.read(
         entry.node, offset: offset, count: limit, user: entry.user, fd: entry.fd)[...])

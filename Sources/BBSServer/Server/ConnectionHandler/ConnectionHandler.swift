@@ -23,6 +23,10 @@ final class ConnectionHandler: Sendable {
     var user: BoardUser
     var openMode: OpenMode?
     var fd: Int32?
+    /// An open directory's entries as its read from offset 0 found them: later offsets read
+    /// on from here (as a Plan 9 server keeps its Dir array per fid), so listing a directory
+    /// of N entries costs one pass over it, not one per read.
+    var listing: [[UInt8]]?
   }
 
   struct Parked {
