@@ -18,6 +18,7 @@ enum BenchSections {
       LargeFileSection.self,
       ClientSection.self,
       MetadataSection.self,
+      DirectorySection.self,
       ChatDeliverySection.self,
       DaemonSection.self,
       BLESection.self,

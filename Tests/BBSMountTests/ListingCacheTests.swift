@@ -144,6 +144,35 @@ final class ListingCacheTests: XCTestCase {
     XCTAssertTrue(first.whole)
   }
 
+  /// The mount's own changes edit a kept listing, which then answers without a request; one
+  /// that cannot take an edit (a rename of a name it lacks) is dropped and fetched again.
+  func testEditsKeepAListingWithoutARequest() throws {
+    let (server, session) = try start()
+    let cache = ListingCache(lifetime: .seconds(60), keptDirectories: 4) {
+      $0(.success(session))
+    }
+    let first = try XCTUnwrap(list(cache, ["etc"], complete: true))
+    let reads = requests(server).filter { $0 == "read" }.count
+    let template = try XCTUnwrap(lastStat(cache, ["etc"], first.names[0]))
+    var made = template
+    made.name = "made"
+    cache.apply(.added(made), to: ["etc"])
+    cache.apply(.removed(first.names[0]), to: ["etc"])
+    cache.apply(.renamed(from: first.names[1], to: "moved"), to: ["etc"])
+    let edited = try XCTUnwrap(list(cache, ["etc"]))
+    XCTAssertEqual(
+      Set(edited.names), Set(first.names.dropFirst(2) + ["made", "moved"]), "\(edited.names)")
+    XCTAssertNotNil(cache.lastSeen(["etc"])?.stat(named: "moved"))
+    XCTAssertNil(cache.lastSeen(["etc"])?.stat(named: first.names[0]))
+    XCTAssertEqual(requests(server).filter { $0 == "read" }.count, reads, "no request")
+    cache.apply(.renamed(from: "never-listed", to: "x"), to: ["etc"])
+    XCTAssertNil(cache.lastSeen(["etc"]), "a listing that cannot take an edit is dropped")
+  }
+
+  private func lastStat(_ cache: ListingCache, _ path: [String], _ name: String) -> Stat? {
+    cache.lastSeen(path)?.stat(named: name)
+  }
+
   /// More directories than may be kept: the least recently used one is closed, and the fids
   /// in use never exceed the limit (a board has 32 for everything).
   func testKeptDirectoriesAreBounded() throws {

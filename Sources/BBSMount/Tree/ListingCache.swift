@@ -28,16 +28,41 @@ final class ListingCache: Sendable {
   /// A directory's entries, and when the server was asked for them: the mount's own changes
   /// that landed after that are newer than these entries (see ``LocalChange``).
   struct Listing: Sendable {
-    var stats: [Stat]
+    var stats: [Stat] { entries.stats }
     var requested: ContinuousClock.Instant
+    fileprivate var entries: Entries
+
+    init(stats: [Stat], requested: ContinuousClock.Instant) {
+      self.init(Entries(stats), requested: requested)
+    }
+
+    fileprivate init(_ entries: Entries, requested: ContinuousClock.Instant) {
+      self.entries = entries
+      self.requested = requested
+    }
+
+    /// The entry named `name`, found without a scan (a lookup in a directory of thousands).
+    func stat(named name: String) -> Stat? { entries.stat(named: name) }
   }
 
   private struct Entry {
-    var stats: [Stat]
+    var entries: Entries
     var fetched: ContinuousClock.Instant
     var requested: ContinuousClock.Instant
     /// False while only the first, short reply is in and its confirming read is out.
     var complete: Bool
+
+    init(
+      stats: [Stat], fetched: ContinuousClock.Instant, requested: ContinuousClock.Instant,
+      complete: Bool
+    ) {
+      entries = Entries(stats)
+      self.fetched = fetched
+      self.requested = requested
+      self.complete = complete
+    }
+
+    var listing: Listing { Listing(entries, requested: requested) }
   }
 
   private struct Waiter {
@@ -114,7 +139,7 @@ final class ListingCache: Sendable {
             && cached.fetched.duration(to: .now) < (maxAge ?? lifetime))
       {
         // Fresh, or the link is down and what the mount last saw is the best answer there is.
-        return .answer(Listing(stats: cached.stats, requested: cached.requested))
+        return .answer(cached.listing)
       }
       let waiter = Waiter(
         needsComplete: complete, notBefore: asOfNow ? .now : nil, callback: callback)
@@ -136,7 +161,7 @@ final class ListingCache: Sendable {
   /// The last listing of `path` the mount saw, however old (nil if none is kept).
   func lastSeen(_ path: [String]) -> Listing? {
     state.withLock { s in
-      s.entries[path].map { Listing(stats: $0.stats, requested: $0.requested) }
+      s.entries[path]?.listing
     }
   }
 
@@ -170,29 +195,14 @@ final class ListingCache: Sendable {
   /// One on its way, or only partly in, cannot take the edit: it is dropped (``invalidate(_:)``).
   func apply(_ edit: Edit, to path: [String]) {
     state.withLock { s in
-      guard s.fetching[path] == nil, var entry = s.entries[path], entry.complete else {
+      // Edited in place (through the dictionary's subscript): a copy would cost the listing.
+      guard s.fetching[path] == nil, s.entries[path]?.complete == true,
+        s.entries[path]?.entries.apply(edit) == true
+      else {
         s.entries[path] = nil
         if s.fetching[path] != nil { s.invalidated[path] = .now }
         return
       }
-      switch edit {
-      case .added(let stat):
-        entry.stats.removeAll { $0.name == stat.name }
-        entry.stats.append(stat)
-      case .removed(let name):
-        entry.stats.removeAll { $0.name == name }
-      case .renamed(let old, let new):
-        guard let index = entry.stats.firstIndex(where: { $0.name == old }) else {
-          s.entries[path] = nil
-          return
-        }
-        var moved = entry.stats[index]
-        moved.name = new
-        entry.stats.remove(at: index)
-        entry.stats.removeAll { $0.name == new }
-        entry.stats.append(moved)
-      }
-      s.entries[path] = entry
     }
   }
 
@@ -349,7 +359,7 @@ final class ListingCache: Sendable {
       case .failure(let error) where error.isLinkFailure:
         // While the link is down, what the mount last saw beats an error.
         if let stale = s.entries[path] {
-          result = .success(Listing(stats: stale.stats, requested: stale.requested))
+          result = .success(stale.listing)
         }
       case .failure:
         if s.entries[path]?.complete == false { s.entries[path] = nil }
@@ -366,5 +376,58 @@ final class ListingCache: Sendable {
     }
     for waiter in waiting { waiter.callback(result) }
     if again { fetch(path) }
+  }
+}
+
+/// A directory's entries, each found by its name without a scan. The mount's own edits keep
+/// the order of the others but not their places (a removed entry's place takes the last).
+private struct Entries: Sendable {
+  private(set) var stats: [Stat]
+  private var positions: [String: Int] = [:]
+
+  init(_ stats: [Stat]) {
+    self.stats = stats
+    positions.reserveCapacity(stats.count)
+    for (index, stat) in stats.enumerated() where positions[stat.name] == nil {
+      positions[stat.name] = index
+    }
+  }
+
+  func stat(named name: String) -> Stat? { positions[name].map { stats[$0] } }
+
+  /// Applies an edit; false if it cannot be (a rename of a name not here).
+  mutating func apply(_ edit: ListingCache.Edit) -> Bool {
+    switch edit {
+    case .added(let stat):
+      add(stat)
+    case .removed(let name):
+      remove(name)
+    case .renamed(let old, let new):
+      guard var moved = stat(named: old) else { return false }
+      remove(old)
+      remove(new)
+      moved.name = new
+      add(moved)
+    }
+    return true
+  }
+
+  private mutating func add(_ stat: Stat) {
+    if let index = positions[stat.name] {
+      stats[index] = stat
+    } else {
+      positions[stat.name] = stats.count
+      stats.append(stat)
+    }
+  }
+
+  private mutating func remove(_ name: String) {
+    guard let index = positions.removeValue(forKey: name) else { return }
+    let last = stats.count - 1
+    if index != last {
+      stats.swapAt(index, last)
+      positions[stats[index].name] = index
+    }
+    stats.removeLast()
   }
 }

@@ -83,7 +83,7 @@ final class MountTree: Sendable {
       if let known = inodes.inode(for: path), let node = inodes.node(known) {
         answer(.success(node))
       } else if let listing = listings.lastSeen(directory),
-        let stat = listing.stats.first(where: { $0.name == name })
+        let stat = listing.stat(named: name)
       {
         answer(.success(record(path, stat, asOf: listing.requested)))
       }
@@ -98,7 +98,7 @@ final class MountTree: Sendable {
     let directory = Array(path.dropLast())
     guard let name = path.last else { return completion(.failure(.notFound(path: "/"))) }
     listings.listing(directory) { [self] listed in
-      if case .success(let listing) = listed, !listing.stats.contains(where: { $0.name == name }),
+      if case .success(let listing) = listed, listing.stat(named: name) == nil,
         !listings.isComplete(directory)
       {
         return listings.listing(directory, complete: true) { [self] whole in
@@ -116,7 +116,7 @@ final class MountTree: Sendable {
     guard let name = path.last else { return completion(.failure(.notFound(path: "/"))) }
     switch listed {
     case .success(let listing):
-      guard let stat = listing.stats.first(where: { $0.name == name }) else {
+      guard let stat = listing.stat(named: name) else {
         if let kind = mountLocalKind(path) {
           return completion(.success(inodes.record(path: path, kind: kind, stat: nil)))
         }
@@ -158,7 +158,7 @@ final class MountTree: Sendable {
     listings.listing(parent) { [self] listed in
       switch listed {
       case .success(let listing):
-        guard let stat = listing.stats.first(where: { $0.name == name }) else {
+        guard let stat = listing.stat(named: name) else {
           return completion(.failure(.notFound(path: "/" + node.path.joined(separator: "/"))))
         }
         completion(
@@ -245,7 +245,7 @@ final class MountTree: Sendable {
             entries.append(DirectoryEntry(name: "outbox", entry: attributes.entry(for: outbox)))
           }
           for name in mountLocalNames(in: node.path)
-          where !listing.stats.contains(where: { $0.name == name }) {
+          where listing.stat(named: name) == nil {
             let path = node.path + [name]
             guard let kind = mountLocalKind(path) else { continue }
             let child = inodes.record(path: path, kind: kind, stat: nil)
