@@ -37,7 +37,12 @@ extension BBSFileSystem {
     case .file:
       answersInterrupts(request)
       RemoteFileHandle.open(
-        request, node: node, info: info, tree: tree, remote: remote, handles: handles)
+        request, node: node, info: info, tree: tree, remote: remote, handles: handles
+      ) { [notifier] inode in
+        // Attributes only (offset -1): dropping pages here could wait on a page another
+        // reader has locked until a reply this session's thread has yet to deliver.
+        _ = notifier.value?.invalidateInode(inode, offset: -1)
+      }
     }
   }
 

@@ -60,7 +60,7 @@ public final class BBSFileSystem: FuseFileSystem, Sendable {
   let board: BoardMessages
   /// Watching, unread counts, mentions, notifications and events (Awareness/).
   let awareness: Awareness
-  private let notifier = NotifierBox()
+  let notifier = NotifierBox()
 
   /// - Parameters:
   ///   - outboxDirectory: where posts wait while the link is down (see ``Outbox``); nil makes
@@ -252,7 +252,7 @@ public struct MountSetupError: Error, CustomStringConvertible {
 }
 
 /// The notifier libfuse hands over at init, for the threads that invalidate entries later.
-private final class NotifierBox: Sendable {
+final class NotifierBox: Sendable {
   private let notifier = Mutex<FuseNotifier?>(nil)
   var value: FuseNotifier? {
     get { notifier.withLock { $0 } }

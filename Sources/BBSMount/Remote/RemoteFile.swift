@@ -145,6 +145,16 @@ final class RemoteFile: Sendable {
     }
   }
 
+  /// The file's entry now (a Tstat of its fid): what an open checks its cached view against.
+  func stat(_ completion: @escaping @Sendable (Result<Stat, NinePError>) -> Void) {
+    live { placed in
+      switch placed {
+      case .failure(let error): completion(.failure(error))
+      case .success(let (session, fid)): session.stat(fid, completion: completion)
+      }
+    }
+  }
+
   func close() {
     let now = current
     if now.session.closedReason == nil { now.session.clunk(now.fid) }

@@ -13,6 +13,8 @@ final class InodeTable: Sendable {
     /// The server's entry, from a listing or a Tstat; nil for the root and drafts.
     var stat: Stat?
     var fetched: ContinuousClock.Instant
+    /// When the server was asked for `stat`: an entry asked for earlier never replaces it.
+    var asked: ContinuousClock.Instant = .now
     /// What the mount changed itself and the server's entry may not show yet.
     var local: LocalChange?
     /// Removed (or renamed over) through the mount: it has no path any more, and is known
@@ -68,6 +70,16 @@ final class InodeTable: Sendable {
       if let known = n.byPath[path],
         (n.byInode[known]?.kind == .directory) == (kind == .directory)
       {
+        if var existing = n.byInode[known], existing.stat != nil, stat != nil,
+          existing.asked > asked
+        {
+          // A listing fetched before a fresher Tstat (an open's, or a setattr's) of this node:
+          // what the mount has is newer.
+          existing.kind = kind
+          existing.fetched = .now
+          n.byInode[known] = existing
+          return existing
+        }
         inode = known
         local = n.byInode[known]?.local
         subdirectories = n.byInode[known]?.subdirectories
@@ -78,7 +90,8 @@ final class InodeTable: Sendable {
         n.byPath[path] = inode
       }
       var node = Node(
-        inode: inode, path: path, kind: kind, stat: stat, fetched: .now, local: local)
+        inode: inode, path: path, kind: kind, stat: stat, fetched: .now, asked: asked,
+        local: local)
       node.subdirectories = subdirectories
       n.byInode[inode] = node
       return node

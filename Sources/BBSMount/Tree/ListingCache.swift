@@ -206,6 +206,17 @@ final class ListingCache: Sendable {
     }
   }
 
+  /// Puts a fresh entry of one of `path`'s names (an open's Tstat) into the listing kept for
+  /// it, if one is kept whole; anything else is left as it is.
+  func refresh(_ stat: Stat, in path: [String]) {
+    state.withLock { s in
+      guard s.fetching[path] == nil, s.entries[path]?.complete == true,
+        s.entries[path]?.entries.stat(named: stat.name) != nil
+      else { return }
+      _ = s.entries[path]?.entries.apply(.added(stat))
+    }
+  }
+
   /// Forgets `path` and everything under it, closing kept directories there (it was removed
   /// or renamed: a kept fid would list the old directory).
   func forgetSubtree(_ path: [String]) {

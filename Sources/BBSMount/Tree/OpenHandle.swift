@@ -117,51 +117,98 @@ final class RemoteFileHandle: OpenHandle {
   }
 
   /// Opens the server file `node` on a fid of its own and answers `request` with its handle.
+  ///
+  /// Close-to-open: a file of a files area is stat'ed on its fresh fid before the answer, so
+  /// an open after another client's close sees what that client wrote (NFS's promise). If the
+  /// server's entry moved since the mount last saw it, the kernel's attributes of the file are
+  /// dropped (`stale`, before the answer: a read must not stop at the old size) and its
+  /// cached pages are not kept.
   static func open(
     _ request: FuseRequest, node: InodeTable.Node, info: FuseFileInfo, tree: MountTree,
-    remote: Remote, handles: HandleTable
+    remote: Remote, handles: HandleTable, stale: @escaping @Sendable (FuseInode) -> Void
   ) {
     var mode = OpenMode(fuseFlags: info.flags)
     if info.flags & O_TRUNC != 0 && mode.allowsWriting { mode = mode.truncating }
     let openMode = mode
+    let boardMessage = tree.attributes.classifier.isBoardRoom(Array(node.path.dropLast()))
     remote.open(node.path, mode: openMode) { opened in
       switch opened {
       case .failure(let error):
         request.replyError(error.errno)
+      case .success(let file)
+      where boardMessage || openMode.truncates || (node.local?.writesInFlight ?? 0) > 0:
+        // A board message's Tstat does not tell its size; a truncating open makes the file
+        // anew; the mount's own writes on their way are newer than any entry.
+        answer(
+          request, file, node: node, openMode: openMode, info: info, tree: tree,
+          remote: remote, handles: handles)
       case .success(let file):
-        var info = info
-        if openMode.truncates { tree.inodes.resized(node.inode, to: 0) }
-        // Sizes of 9BBS files are 0 or the body only: readers bypass the page cache unless
-        // the server gives a real size. A board message's listed size is its body alone, while
-        // reading it gives headers, body and signature: through the page cache `cat` would
-        // stop at the body's length, cutting the message short. Readers and writers go
-        // through the page cache (a writer's size is the mount's own: LocalChange), so that a
-        // shared writable mmap works: FUSE refuses one on a direct-I/O open (SQLite's -shm,
-        // LMDB). Write-only opens stay direct: they cannot be mapped, and `cp`
-        // into the mount keeps its speed without the page cache's copy.
-        // The mount's own size first: a file written and closed through the mount a moment ago
-        // has it before the server's entry says so (mmap of it must not fail with ENODEV).
-        let length = node.local?.size ?? node.stat?.length ?? 0
-        let knowsSize = length > 0 || openMode.allowsWriting
-        info.directIO =
-          !knowsSize || info.flags & O_ACCMODE == O_WRONLY
-          || tree.attributes.classifier.isBoardRoom(Array(node.path.dropLast()))
-        // Through the page cache, a second read of an unchanged file comes from memory.
-        if let stat = node.stat, !info.directIO, !openMode.allowsWriting {
-          info.keepCache = remote.pageCache.open(node.inode, at: .init(stat))
-        } else {
-          info.keepCache = false
-          remote.pageCache.forget(node.inode)
+        let asked = ContinuousClock.now
+        file.stat { fresh in
+          var current = tree.inodes.node(node.inode) ?? node
+          if case .success(var stat) = fresh {
+            stat.name = node.path.last ?? stat.name
+            stat.qid.type = current.stat?.qid.type ?? stat.qid.type
+            // What the kernel was told of the file (the mount's own size and time first).
+            let shown = (
+              length: current.local?.size ?? current.stat?.length,
+              mtime: current.local?.modified ?? current.stat?.mtime,
+              version: current.stat?.qid.version
+            )
+            let changed =
+              shown.length != stat.length || shown.mtime != stat.mtime
+              || shown.version != stat.qid.version
+            current = tree.record(node.path, stat, asOf: asked)
+            tree.listings.refresh(stat, in: Array(node.path.dropLast()))
+            if changed {
+              remote.pageCache.forget(node.inode)
+              stale(node.inode)
+            }
+          }
+          answer(
+            request, file, node: current, openMode: openMode, info: info, tree: tree,
+            remote: remote, handles: handles)
         }
-        info.handle = handles.store(
-          RemoteFileHandle(
-            file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache,
-            size: node.stat?.length))
-        if openMode.allowsWriting { tree.inodes.invalidate(node.inode) }
-        // Interrupted meanwhile: the kernel will never release it, so close it now.
-        if !request.replyOpen(info) { handles.remove(info.handle)?.release() }
       }
     }
+  }
+
+  /// Answers an open of `file` at `node`, as the entry the mount has for it now says.
+  private static func answer(
+    _ request: FuseRequest, _ file: RemoteFile, node: InodeTable.Node, openMode: OpenMode,
+    info: FuseFileInfo, tree: MountTree, remote: Remote, handles: HandleTable
+  ) {
+    var info = info
+    if openMode.truncates { tree.inodes.resized(node.inode, to: 0) }
+    // Sizes of 9BBS files are 0 or the body only: readers bypass the page cache unless
+    // the server gives a real size. A board message's listed size is its body alone, while
+    // reading it gives headers, body and signature: through the page cache `cat` would
+    // stop at the body's length, cutting the message short. Readers and writers go
+    // through the page cache (a writer's size is the mount's own: LocalChange), so that a
+    // shared writable mmap works: FUSE refuses one on a direct-I/O open (SQLite's -shm,
+    // LMDB). Write-only opens stay direct: they cannot be mapped, and `cp`
+    // into the mount keeps its speed without the page cache's copy.
+    // The mount's own size first: a file written and closed through the mount a moment ago
+    // has it before the server's entry says so (mmap of it must not fail with ENODEV).
+    let length = node.local?.size ?? node.stat?.length ?? 0
+    let knowsSize = length > 0 || openMode.allowsWriting
+    info.directIO =
+      !knowsSize || info.flags & O_ACCMODE == O_WRONLY
+      || tree.attributes.classifier.isBoardRoom(Array(node.path.dropLast()))
+    // Through the page cache, a second read of an unchanged file comes from memory.
+    if let stat = node.stat, !info.directIO, !openMode.allowsWriting {
+      info.keepCache = remote.pageCache.open(node.inode, at: .init(stat))
+    } else {
+      info.keepCache = false
+      remote.pageCache.forget(node.inode)
+    }
+    info.handle = handles.store(
+      RemoteFileHandle(
+        file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache,
+        size: node.stat?.length))
+    if openMode.allowsWriting { tree.inodes.invalidate(node.inode) }
+    // Interrupted meanwhile: the kernel will never release it, so close it now.
+    if !request.replyOpen(info) { handles.remove(info.handle)?.release() }
   }
 
   /// Creates the server file `directory/name`, open, and answers `request` with its entry and
