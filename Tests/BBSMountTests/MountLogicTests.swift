@@ -18,6 +18,17 @@ final class MountLogicTests: XCTestCase {
       ["lobby:partial"])
   }
 
+  /// `offtopic: pizza` posts `pizza` to offtopic, not ` pizza` (one space goes with the
+  /// colon; more are the text's own).
+  func testTheSpaceAfterARoomsColonIsNotPosted() {
+    var composer = PostComposer(fixedRoom: nil)
+    let posts = composer.append(
+      Array("offtopic: pizza\ntech:  indented\n".utf8), knownRooms: ["offtopic", "tech"])
+    XCTAssertEqual(
+      posts.map { String(decoding: $0.payload, as: UTF8.self) },
+      ["offtopic:pizza", "tech: indented"])
+  }
+
   func testRoomWriterPrefixesItsRoomAndSkipsEmptyLines() {
     var composer = PostComposer(fixedRoom: "tech")
     let posts = composer.append(

@@ -68,6 +68,8 @@ struct PostComposer {
       if knownRooms.contains(named) {
         room = named
         line = line[(colon + 1)...]
+        // `offtopic: pizza`, as people write it, posts `pizza`: the space goes with the colon.
+        if line.first == UInt8(ascii: " ") { line = line.dropFirst() }
       }
     }
     guard !line.isEmpty else { return [] }
