@@ -123,7 +123,7 @@ struct ChatCommand: ParsableCommand {
   private func resolve(_ mountpoint: String?) throws -> String {
     if let mountpoint {
       let absolute = MountTable.absolutePath(mountpoint)
-      guard MountTable.type(at: absolute) == MountTable.ownType else {
+      guard MountTable.isMount9BBS(at: absolute) else {
         Diagnostics.fail(
           "mount9bbs chat: \(TerminalText.escaped(absolute)) is not a mount9bbs mount")
         throw ExitCode(1)

@@ -66,6 +66,8 @@ struct MountCommand: ParsableCommand {
         nonempty              allow a non-empty mount point
         debug                 as -d
         log=FILE              a detached daemon logs here (default: the journal, else syslog)
+        subtype=NAME          the type's suffix (default fuse.mount9bbs); empty: plain fuse, \
+      as xfstests needs. status, chat and -u know the mount by its 9bbs: source either way
         identity=PATH|agent[:MATCH]   the key that proves who you are (default: the key of \
       mount9bbs keygen, if there is one); alias IdentityFile
         auth=auto|required|off   when to prove it: where the board wants it (auto), always, \
@@ -211,6 +213,11 @@ struct MountCommand: ParsableCommand {
       return try resolved.map { try TransportAddress(parsing: $0) }
     }
     var addresses: [TransportAddress] = []
+    // A mount table's source (`9bbs:tcp!host!5640`) mounts as what it names: xfstests' TEST_DEV
+    // is one, as findmnt must show it.
+    let text =
+      text.hasPrefix(MountTable.sourcePrefix)
+      ? String(text.dropFirst(MountTable.sourcePrefix.count)) : text
     for item in text.split(separator: ",").map(String.init) {
       guard let reference = try BoardReference(parsing: item) else {
         addresses.append(Self.withCachedAddressType(try TransportAddress(parsing: item), item))

@@ -105,7 +105,8 @@ struct MountDaemon {
     }
     let absoluteMountpoint = MountTable.absolutePath(mountpoint)
     if let type = MountTable.type(at: absoluteMountpoint) {
-      let kind = type == MountTable.ownType ? "a mount9bbs mount" : "mounted (\(type))"
+      let kind =
+        MountTable.isMount9BBS(at: absoluteMountpoint) ? "a mount9bbs mount" : "mounted (\(type))"
       throw .refused(
         "\(absoluteMountpoint) is already \(kind); unmount it first (mount9bbs -u) or mount elsewhere"
       )
@@ -191,8 +192,8 @@ struct MountDaemon {
   /// The options libfuse mounts with.
   private func fuseMountOptions() -> FuseMountOptions {
     var fuseOptions = FuseMountOptions()
-    fuseOptions.fsName = "9bbs:" + (address?.description ?? "local")
-    fuseOptions.subtype = "mount9bbs"
+    fuseOptions.fsName = MountTable.sourcePrefix + (address?.description ?? "local")
+    fuseOptions.subtype = options.subtype
     fuseOptions.allowOther = options.allowOther
     fuseOptions.defaultPermissions = options.defaultPermissions
     fuseOptions.readOnly = options.readOnly

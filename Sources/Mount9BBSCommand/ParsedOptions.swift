@@ -8,6 +8,9 @@ import NinePClient
 struct ParsedOptions {
   var uname: String
   var aname = ""
+  /// The type's suffix (`fuse.mount9bbs`); nil mounts as plain `fuse` (`-o subtype=`, which
+  /// xfstests needs: it checks the type is its FSTYP).
+  var subtype: String? = "mount9bbs"
   var msize: UInt32?
   var profile: ServerProfile?
   var sessions: Int?
@@ -239,9 +242,14 @@ struct ParsedOptions {
         throw Invalid(description: "option idmap=\(option.value ?? ""): expected user or none")
       }
     case "subtype":
-      throw Invalid(
-        description:
-          "option subtype= is mount9bbs's own (fuse.mount9bbs); status and -u rely on it")
+      let name = option.value ?? ""
+      guard name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._+-".contains($0)) })
+      else {
+        throw Invalid(
+          description:
+            "option subtype=\(name): letters, digits and . _ + - only (or empty: plain fuse)")
+      }
+      subtype = name.isEmpty ? nil : name
     case "debug": debug = true
     case "max_read": maxRead = UInt32(try option.number(4096...(16 << 20)))
     case "log": logFile = try option.required()

@@ -23,7 +23,7 @@ struct StatusCommand: ParsableCommand {
   func run() throws {
     guard let mountpoint else { return try showAll() }
     let absolute = MountTable.absolutePath(mountpoint)
-    if let type = MountTable.type(at: absolute), type != MountTable.ownType {
+    if let type = MountTable.type(at: absolute), !MountTable.isMount9BBS(at: absolute) {
       let kind = type.hasPrefix("fuse.") ? String(type.dropFirst(5)) : type
       Diagnostics.fail("mount9bbs: \(absolute) is not a mount9bbs mount (it is \(kind))")
       throw ExitCode(1)
@@ -40,7 +40,7 @@ struct StatusCommand: ParsableCommand {
       data = try ControlSocket.request(record.controlPath)
     } catch {
       let reason =
-        MountTable.type(at: absolute) == MountTable.ownType
+        MountTable.isMount9BBS(at: absolute)
         ? "its daemon does not answer (\(error)); was it killed? Remove the mount with: mount9bbs -u \(TerminalText.shellQuoted(mountpoint))"
         : "nothing is mounted there by mount9bbs"
       Diagnostics.fail("mount9bbs: \(TerminalText.escaped(mountpoint)): \(reason)")

@@ -33,7 +33,7 @@ struct UnmountCommand: ParsableCommand {
 enum Unmounter {
   static func unmount(_ path: String, force: Bool) throws {
     let absolute = MountTable.absolutePath(path)
-    if !force, let type = MountTable.type(at: absolute), type != MountTable.ownType {
+    if !force, let type = MountTable.type(at: absolute), !MountTable.isMount9BBS(at: absolute) {
       let kind = type.hasPrefix("fuse.") ? String(type.dropFirst(5)) : type
       Diagnostics.fail(
         "mount9bbs: \(absolute) is not a mount9bbs mount (it is \(kind)); use --force to unmount it anyway"

@@ -192,6 +192,33 @@ final class CommandConventionsTests: XCTestCase {
     }
   }
 
+  /// `-o subtype=` mounts as plain `fuse` (xfstests checks the type is its FSTYP) and
+  /// `subtype=NAME` as `fuse.NAME`; either is still a mount9bbs mount to `status` and `-u`,
+  /// by its `9bbs:` source, which mounts again as an address (xfstests' TEST_DEV is one).
+  func testSubtypesAndTheSourceAsAnAddress() throws {
+    let server = try startServer()
+    let directory = try temporaryDirectory()
+    let mountpoint = directory + "/mnt"
+    for (subtype, type) in [("", "fuse"), ("bbs", "fuse.bbs")] {
+      let mounted = try run(
+        "mount9bbs", ["-o", "subtype=\(subtype)", "9bbs:" + server.address, mountpoint])
+      XCTAssertEqual(mounted.status, 0, mounted.output)
+      let columns = try sh("findmnt -n -o FSTYPE,SOURCE \(mountpoint)")
+        .split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+      XCTAssertEqual(columns.first, type, "\(columns)")
+      XCTAssertEqual(
+        columns.last?.trimmingCharacters(in: .whitespacesAndNewlines), "9bbs:" + server.address)
+      let status = try run("mount9bbs", ["status", mountpoint])
+      XCTAssertEqual(status.status, 0, status.output)
+      XCTAssertTrue(try run("mount9bbs", ["status"]).output.contains(mountpoint))
+      XCTAssertEqual(try run("mount9bbs", ["-u", mountpoint]).status, 0)
+      XCTAssertFalse(isMounted(mountpoint))
+    }
+    let refused = try run("mount9bbs", ["-o", "subtype=a/b", server.address, mountpoint])
+    XCTAssertNotEqual(refused.status, 0)
+    XCTAssertTrue(refused.output.contains("option subtype=a/b"), refused.output)
+  }
+
   /// fusermount3's own reason reaches the terminal of a detached mount, with a non-zero
   /// status (`auto_unmount` makes libfuse mount through fusermount3 even for root; the
   /// option it rejects stands for any refusal, such as `allow_other` without
