@@ -14,11 +14,21 @@ public struct AccessTimes: Sendable, Equatable {
     "relatime", "norelatime", "strictatime", "nostrictatime", "diratime", "nodiratime",
   ]
 
-  public init() {}
+  /// The per-mount flags a remount may change besides (`mount -o remount,ro`).
+  public static let remountNames: Set<String> = names.union([
+    "ro", "rw", "nosuid", "suid", "nodev", "dev", "noexec", "exec", "noatime", "atime",
+  ])
 
-  /// Adds `name` (one of ``names``); false if it is not an access-time option.
+  private let accepted: Set<String>
+
+  /// Access-time options only, or (`remount`) every per-mount flag.
+  public init(remount: Bool = false) {
+    accepted = remount ? Self.remountNames : Self.names
+  }
+
+  /// Adds `name`; false if it is not an option this takes.
   public mutating func add(_ name: String) -> Bool {
-    guard Self.names.contains(name) else { return false }
+    guard accepted.contains(name) else { return false }
     options.append(name)
     return true
   }
@@ -40,6 +50,16 @@ public struct AccessTimes: Sendable, Equatable {
       case "norelatime", "strictatime": flags = flags & ~atime | UInt(MS_STRICTATIME)
       case "diratime": flags &= ~UInt(MS_NODIRATIME)
       case "nodiratime": flags |= UInt(MS_NODIRATIME)
+      case "noatime": flags = flags & ~atime | UInt(MS_NOATIME)
+      case "atime": flags &= ~UInt(MS_NOATIME)
+      case "ro": flags |= UInt(MS_RDONLY)
+      case "rw": flags &= ~UInt(MS_RDONLY)
+      case "nosuid": flags |= UInt(MS_NOSUID)
+      case "suid": flags &= ~UInt(MS_NOSUID)
+      case "nodev": flags |= UInt(MS_NODEV)
+      case "dev": flags &= ~UInt(MS_NODEV)
+      case "noexec": flags |= UInt(MS_NOEXEC)
+      case "exec": flags &= ~UInt(MS_NOEXEC)
       default: break
       }
     }
@@ -49,12 +69,14 @@ public struct AccessTimes: Sendable, Equatable {
   /// Applies the options to the mount at `path` (absolute), reading its flags from the mount
   /// table: a `statvfs` would ask the file system, whose loop does not run yet. Throws the
   /// errno of a refused remount (EPERM: only root may change a mount's flags).
-  func apply(to path: String) throws(AccessTimeError) {
+  public func apply(to path: String) throws(AccessTimeError) {
     guard !options.isEmpty else { return }
     guard let entry = MountTable.entry(at: path) else { throw AccessTimeError(errno: ENOENT) }
     let flags = mountFlags(from: entry.options)
     // Already so (`relatime` is the kernel's default): nothing to change, and no root needed.
-    if flags & ~UInt(MS_STRICTATIME) == AccessTimes().mountFlags(from: entry.options) { return }
+    if flags & ~UInt(MS_STRICTATIME) == AccessTimes(remount: true).mountFlags(from: entry.options) {
+      return
+    }
     guard Glibc.mount(nil, path, nil, UInt(MS_REMOUNT | MS_BIND) | flags, nil) == 0 else {
       throw AccessTimeError(errno: errno)
     }

@@ -147,6 +147,9 @@ struct MountCommand: ParsableCommand {
     } catch {
       throw ValidationError("\(error)")
     }
+    if let remount = parsed.remount {
+      return try Self.remount(mountpoint, remount)
+    }
     if let keyFD {
       parsed.unlockedKey = UnlockedKeyPipe.receive(from: keyFD)
     } else if !local {
@@ -203,6 +206,24 @@ struct MountCommand: ParsableCommand {
       board.addressType == "public"
     else { return address }
     return .l2cap(address: bdaddr, psm: psm, addressType: .public)
+  }
+
+  /// `-o remount,…`: sets the flags on the live mount9bbs mount at `mountpoint`.
+  private static func remount(_ mountpoint: String, _ flags: AccessTimes) throws {
+    let absolute = MountTable.absolutePath(mountpoint)
+    guard MountTable.isMount9BBS(at: absolute) else {
+      Diagnostics.fail("mount9bbs: cannot remount \(absolute): it is not a mount9bbs mount")
+      throw ExitCode(1)
+    }
+    do {
+      try flags.apply(to: absolute)
+    } catch {
+      let reason =
+        error.errno == EPERM
+        ? "only root may change a mount's flags" : String(cString: strerror(error.errno))
+      Diagnostics.fail("mount9bbs: cannot remount \(absolute): \(reason)")
+      throw ExitCode(1)
+    }
   }
 
   /// The addresses to dial for ADDRESS, most preferred first: `ADDR1,ADDR2,…` lists

@@ -61,6 +61,9 @@ struct ParsedOptions {
   var passthrough: [String] = []
   /// `relatime`, `strictatime`, `nodiratime` and the like, set on the mount once it is made.
   var accessTimes = AccessTimes()
+  /// `-o remount,…`: change a mount9bbs mount's flags (`ro`, `noexec`, `noatime`…), as
+  /// mount(8) asks a helper to; nothing else changes on a live mount.
+  var remount: AccessTimes?
   /// `watch=`, `watch-interval=`, `highlight=`, `notify=`, `notify-command=` (see Awareness/).
   var awareness = AwarenessOptions()
 
@@ -92,6 +95,11 @@ struct ParsedOptions {
     "fsname", "blksize", "context", "fscontext", "defcontext",
     "rootcontext",
   ]
+  /// The kernel's own options of a FUSE mount, which mount(8) repeats to a helper's remount.
+  static let kernelFuseOptions: Set<String> = [
+    "user_id", "group_id", "max_read", "rootmode", "fd", "blksize", "default_permissions",
+    "allow_other",
+  ]
   /// What mount(8) and fstab use for themselves; a mount helper may be handed them.
   static let mountOnly: Set<String> = [
     "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "_netdev",
@@ -117,7 +125,21 @@ struct ParsedOptions {
 
   init(_ lists: [String]) throws(Invalid) {
     uname = Self.loginName()
-    for item in lists.flatMap({ $0.split(separator: ",").map(String.init) }) where !item.isEmpty {
+    let items = lists.flatMap { $0.split(separator: ",").map(String.init) }.filter { !$0.isEmpty }
+    if items.contains("remount") {
+      // mount(8) hands a helper's remount the options the mount was made with (fstab's, or
+      // xfstests' MOUNT_OPTIONS) and the kernel's (`user_id=0,…`): only the per-mount flags
+      // change; the rest must be valid options, and stay as the mount has them.
+      var flags = AccessTimes(remount: true)
+      var others: [String] = []
+      for item in items where item != "remount" && !flags.add(item) {
+        if !Self.kernelFuseOptions.contains(Option(item).key) { others.append(item) }
+      }
+      _ = try ParsedOptions(others)
+      remount = flags
+      return
+    }
+    for item in items {
       let option = Option(item)
       if try applyConnection(option) { continue }
       if try applyFileSystem(option) { continue }

@@ -219,6 +219,36 @@ final class CommandConventionsTests: XCTestCase {
     XCTAssertTrue(refused.output.contains("option subtype=a/b"), refused.output)
   }
 
+  /// `-o remount,…` (as mount(8) hands a helper, with the mount's present options and the
+  /// kernel's) changes a live mount's flags: `ro` makes writes fail with EROFS, `rw` lets them
+  /// through again; an option that cannot change on a live mount is refused by name.
+  func testRemountChangesTheMountsFlags() throws {
+    let server = try startServer()
+    let directory = try temporaryDirectory()
+    let mountpoint = directory + "/mnt"
+    XCTAssertEqual(try run("mount9bbs", [server.address, mountpoint]).status, 0)
+    let source = "9bbs:" + server.address
+    let readOnly = try run(
+      "mount9bbs",
+      ["-o", "ro,nosuid,nodev,relatime,remount,user_id=0,group_id=0", source, mountpoint])
+    XCTAssertEqual(readOnly.status, 0, readOnly.output)
+    XCTAssertTrue(try sh("findmnt -n -o VFS-OPTIONS \(mountpoint)").hasPrefix("ro,"))
+    let write = try shell("echo hi > \(mountpoint)/chat/post")
+    XCTAssertNotEqual(write.status, 0, "a write on a ro remount")
+    XCTAssertTrue(write.output.contains("Read-only file system"), write.output)
+    XCTAssertEqual(try run("mount9bbs", ["-o", "remount,rw", source, mountpoint]).status, 0)
+    XCTAssertTrue(try sh("findmnt -n -o VFS-OPTIONS \(mountpoint)").hasPrefix("rw,"))
+    // The options the mount was made with come again (fstab's, xfstests' MOUNT_OPTIONS):
+    // they stay as they are; an invalid one is still an error.
+    let repeated = try run(
+      "mount9bbs", ["-o", "remount,ro,uname=alice,aname=/,subtype=", source, mountpoint])
+    XCTAssertEqual(repeated.status, 0, repeated.output)
+    let refused = try run("mount9bbs", ["-o", "remount,rw,frobnicate", source, mountpoint])
+    XCTAssertNotEqual(refused.status, 0)
+    XCTAssertTrue(refused.output.contains("unknown option frobnicate"), refused.output)
+    XCTAssertEqual(try run("mount9bbs", ["-u", mountpoint]).status, 0)
+  }
+
   /// fusermount3's own reason reaches the terminal of a detached mount, with a non-zero
   /// status (`auto_unmount` makes libfuse mount through fusermount3 even for root; the
   /// option it rejects stands for any refusal, such as `allow_other` without
