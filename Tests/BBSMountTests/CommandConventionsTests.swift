@@ -108,6 +108,29 @@ final class CommandConventionsTests: XCTestCase {
     }
   }
 
+  /// docs/options.md says it lists every option: each `-o` option `mount9bbs help mount`
+  /// names has its row (`watch=`, `highlight=`, `notify=` and `notify-command=` had none).
+  func testTheOptionsPageListsEveryOption() throws {
+    let page = try String(contentsOfFile: PackagePaths.path("docs/options.md"), encoding: .utf8)
+    let help = try run("mount9bbs", ["help", "mount"])
+    XCTAssertEqual(help.status, 0, help.output)
+    let lines = help.output.split(separator: "\n", omittingEmptySubsequences: false)
+    guard let start = lines.firstIndex(where: { $0.hasPrefix("Options (-o") }) else {
+      return XCTFail("no options in \(help.output)")
+    }
+    // The option lines are indented two spaces; a description's wrapped lines are not.
+    let keys = lines[(start + 1)...].prefix { !$0.isEmpty }
+      .filter { $0.hasPrefix("  ") && !$0.hasPrefix("   ") }
+      .compactMap { line in
+        line.dropFirst(2).split(whereSeparator: { "=, [|".contains($0) }).first.map(String.init)
+      }
+    XCTAssertGreaterThan(keys.count, 20, "\(keys)")
+    for key in keys where key != "libfuse's" && key != "fstab's" {
+      let listed = ["=", "`", "[", ","].contains { page.contains("`\(key)\($0)") }
+      XCTAssertTrue(listed, "docs/options.md has no row for \(key)")
+    }
+  }
+
   // MARK: - Item 4: sshfs's option names; unknown options named
 
   func testUnknownAndSshfsOnlyOptionsAreNamed() throws {
