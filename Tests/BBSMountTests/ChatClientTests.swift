@@ -133,7 +133,10 @@ final class ChatClientTests: XCTestCase {
     XCTAssertTrue(rig.window.waitFor("rooms: 1:lobby, news, 2:tech").matched, rig.window.screen())
     try rig.window.type("/j nosuch")
     try rig.window.press("Enter")
-    XCTAssertTrue(rig.window.waitFor("cannot open room nosuch").matched, rig.window.screen())
+    XCTAssertTrue(
+      rig.window.waitFor("cannot open room nosuch: no such room (rooms: lobby, news, tech)")
+        .matched,
+      rig.window.screen())
     // Tab completes a room, then a nickname.
     try rig.window.type("/j ne")
     try rig.window.press("Tab")

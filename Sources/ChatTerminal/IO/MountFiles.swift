@@ -80,7 +80,12 @@ final class MountFiles: Sendable {
       let fd = open(path, O_RDONLY | O_CLOEXEC)
       let waitedForALine = Date().timeIntervalSince(started) > 2
       guard fd >= 0 else {
-        let reason = String(cString: strerror(errno))
+        let code = errno
+        // `/join nosuch` says which rooms there are, as `mount9bbs chat MNT nosuch` does.
+        let rooms = code == ENOENT ? (try? roomNames()) : nil
+        let reason =
+          rooms.map { "no such room (rooms: \($0.joined(separator: ", ")))" }
+          ?? String(cString: strerror(code))
         forget(room)
         inbox.post(.roomFailed(room: room, reason: reason, opened: false))
         return
