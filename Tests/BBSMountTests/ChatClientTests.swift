@@ -102,6 +102,43 @@ final class ChatClientTests: XCTestCase {
     XCTAssertTrue(rig.window.waitForScreen { self.inputRow($0) == ">" }.matched)
   }
 
+  /// Bracketed paste: a pasted tab is text, never nick completion (`a<TAB>tab` went out as
+  /// `alice tab`); a paste of several lines asks first, then posts them in order; `n` drops
+  /// one.
+  func testPastesKeepTheirTabsAndSeveralLinesAskFirst() throws {
+    let rig = try start()
+    try rig.bobSays("hello from bob")
+    XCTAssertTrue(rig.window.waitFor("bob: hello from bob").matched, rig.window.screen())
+    try rig.window.paste("a\ttab")
+    XCTAssertTrue(
+      rig.window.waitForScreen { self.inputRow($0) == "> a→tab" }.matched, rig.window.screen())
+    try rig.window.press("Enter")
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { ((try? rig.roomText()) ?? "").contains("alice: a\ttab\n") },
+      (try? rig.roomText()) ?? "")
+    try rig.window.paste("all:\n\tgcc -o hello hello.c\nthird line\n")
+    XCTAssertTrue(
+      rig.window.waitFor("paste of 3 lines to lobby").matched, rig.window.screen())
+    XCTAssertFalse(((try? rig.roomText()) ?? "").contains("third line"), "posted before a yes")
+    try rig.window.press("y")
+    XCTAssertTrue(
+      waitUntil(timeout: 10) {
+        ((try? rig.roomText()) ?? "").contains(
+          "alice: all:\n") && ((try? rig.roomText()) ?? "").contains("alice: third line\n")
+      }, (try? rig.roomText()) ?? "")
+    let text = try rig.roomText()
+    let order = ["alice: all:", "alice: \tgcc -o hello hello.c", "alice: third line"].map {
+      text.range(of: $0)?.lowerBound
+    }
+    XCTAssertFalse(order.contains(nil), text)
+    XCTAssertEqual(order.compactMap { $0 }, order.compactMap { $0 }.sorted(), text)
+    try rig.window.paste("one\ntwo\n")
+    XCTAssertTrue(rig.window.waitFor("paste of 2 lines").matched, rig.window.screen())
+    try rig.window.press("n")
+    XCTAssertTrue(rig.window.waitFor("paste of 2 lines dropped").matched, rig.window.screen())
+    XCTAssertFalse(try rig.roomText().contains("alice: two"))
+  }
+
   func testSwitchingRoomsUnreadAndMentions() throws {
     let rig = try start { _, bob in
       for room in ["lobby", "tech"] {

@@ -253,3 +253,62 @@ final class ChatPaneLoadTests: XCTestCase {
     XCTAssertLessThan(Date().timeIntervalSince(start), 5, "20 PgUps took too long")
   }
 }
+
+/// Bracketed paste: what the terminal sends is split into keys and whole pastes, however the
+/// reads cut it.
+final class BracketedPasteTests: XCTestCase {
+  private func scalars(_ text: String) -> [BracketedPaste.Input] {
+    text.unicodeScalars.map { .scalar($0.value) }
+  }
+
+  func testAPasteIsOneInputWithItsTabsAndLineEnds() {
+    var decoder = BracketedPaste()
+    let decoded = decoder.decode(scalars("x\u{1B}[200~a\tb\rc\u{1B}[201~y"))
+    XCTAssertEqual(
+      decoded,
+      [
+        .scalar(UInt32(("x" as Unicode.Scalar).value)), .paste("a\tb\rc"),
+        .scalar(UInt32(("y" as Unicode.Scalar).value)),
+      ])
+  }
+
+  func testAPasteSplitAcrossReadsIsWholeAndControlsInItAreDropped() {
+    var decoder = BracketedPaste()
+    XCTAssertEqual(decoder.decode(scalars("\u{1B}[200~one\u{07}\n")), [])
+    XCTAssertEqual(decoder.decode([.code(0x103)] + scalars("two")), [])
+    XCTAssertEqual(decoder.decode(scalars("\u{1B}[201~")), [.paste("one\ntwo")])
+  }
+
+  func testAltKeysAndALoneEscapeStayKeys() {
+    var decoder = BracketedPaste()
+    XCTAssertEqual(
+      decoder.decode(scalars("\u{1B}2\u{1B}")), [.alt(UInt32(("2" as Unicode.Scalar).value))])
+  }
+
+  func testAPasteBeyondTheLimitIsCut() {
+    var decoder = BracketedPaste(limit: 4)
+    XCTAssertEqual(decoder.decode(scalars("\u{1B}[200~abcdef\u{1B}[201~")), [.paste("abcd")])
+  }
+
+  func testOneLineGoesToTheInputAndSeveralWaitForAYes() {
+    var model = ChatModel(ownNames: ["alice"])
+    model.join("lobby")
+    XCTAssertEqual(model.handle(.paste("a\ttab\n")), [])
+    XCTAssertEqual(String(model.editor.characters), "a\ttab")
+    XCTAssertEqual(model.editor.visible(width: 40).text, "a→tab")
+    model.editor.clear()
+    XCTAssertEqual(model.handle(.paste("one\r\ntwo\n\nfour")), [])
+    XCTAssertEqual(model.pendingPaste, ["one", "two", "", "four"])
+    XCTAssertEqual(model.handle(.character("x")), [.bell])
+    XCTAssertEqual(
+      model.handle(.enter),
+      [
+        .post(room: "lobby", text: "one"), .post(room: "lobby", text: "two"),
+        .post(room: "lobby", text: "four"),
+      ])
+    XCTAssertNil(model.pendingPaste)
+    _ = model.handle(.paste("/quit\nrm -rf\n"))
+    XCTAssertEqual(model.handle(.interrupt), [])
+    XCTAssertNil(model.pendingPaste)
+  }
+}

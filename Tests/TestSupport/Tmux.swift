@@ -68,6 +68,13 @@ public final class TmuxWindow: @unchecked Sendable {
   /// Types `text` literally (no key names).
   public func type(_ text: String) throws { try tmux(["send-keys", "-t", "t", "-l", text]) }
 
+  /// Pastes `text` as a terminal does: wrapped in bracketed-paste markers when the program
+  /// asked for them (tmux's `paste-buffer -p`), else as typed keys.
+  public func paste(_ text: String) throws {
+    try tmux(["set-buffer", "-b", "pasted", "--", text])
+    try tmux(["paste-buffer", "-p", "-r", "-b", "pasted", "-t", "t"])
+  }
+
   /// Presses keys by tmux name (`Enter`, `C-c`, `PPage`, `M-2`).
   public func press(_ keys: String...) throws { try tmux(["send-keys", "-t", "t"] + keys) }
 

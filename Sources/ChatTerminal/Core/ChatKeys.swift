@@ -13,6 +13,9 @@ public enum Key: Sendable, Equatable {
   case redraw
   /// Alt plus a key (Alt-1…9 switch rooms).
   case alt(Character)
+  /// Text the terminal says was pasted (bracketed paste): its tabs are text, never completion,
+  /// and more than one line waits for a yes before it is posted.
+  case paste(String)
 }
 
 /// What a key or an input line does to the model: editing, scrolling, switching rooms, and
@@ -28,7 +31,9 @@ extension ChatModel {
   /// Handles one key; the returned effects are for the I/O side.
   public mutating func handle(_ key: Key) -> [Effect] {
     if key != .tab { completer.reset() }
+    if let lines = pendingPaste { return answerPaste(lines, key) }
     switch key {
+    case .paste(let text): return paste(text)
     case .character(let character): editor.insert(String(character))
     case .enter: return submit()
     case .tab:
@@ -71,6 +76,45 @@ extension ChatModel {
       }
     }
     return []
+  }
+
+  /// Longest paste taken (a bigger one is cut there, with a note).
+  static let pasteLimit = 64 * 1024
+
+  /// A paste: one line goes into the input line as it is (tabs included); more wait for a yes
+  /// (weechat's `paste_max_lines`), so a paste into the wrong window does not post fifty lines.
+  private mutating func paste(_ text: String) -> [Effect] {
+    let normalized = text.replacingOccurrences(of: "\r\n", with: "\n")
+      .replacingOccurrences(of: "\r", with: "\n")
+    var lines = normalized.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+    while lines.last?.isEmpty == true { lines.removeLast() }
+    guard lines.count > 1 else {
+      editor.insert(lines.first ?? "")
+      return []
+    }
+    pendingPaste = lines
+    let room = currentRoom.map { " to \($0.name)" } ?? ""
+    note(
+      "paste of \(lines.count) lines\(room): Enter or y posts them in order, n or Ctrl-C drops them",
+      style: .marker)
+    return []
+  }
+
+  /// The answer to a paste of several lines: yes posts them, in order, each as it is.
+  private mutating func answerPaste(_ lines: [String], _ key: Key) -> [Effect] {
+    switch key {
+    case .enter, .character("y"), .character("Y"):
+      pendingPaste = nil
+      return lines.filter { !$0.isEmpty }.flatMap { post($0) }
+    case .character("n"), .character("N"), .interrupt, .endOfInput:
+      pendingPaste = nil
+      note("paste of \(lines.count) lines dropped")
+      return []
+    case .redraw:
+      return [.redraw]
+    default:
+      return [.bell]
+    }
   }
 
   /// Enter: a command, or the line posted exactly as typed to the room shown.

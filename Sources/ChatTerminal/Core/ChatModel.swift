@@ -53,6 +53,8 @@ public struct ChatModel: Sendable {
   /// nil: unknown (a mount without `chat/outbox` or status).
   public var outbox: Int?
   public var editor = LineEditor()
+  /// A paste of several lines waiting for its yes or no (see ``handle(_:)``).
+  public var pendingPaste: [String]?
   var completer = Completer()
   /// The pane's size, set by the view.
   public var paneWidth = 80

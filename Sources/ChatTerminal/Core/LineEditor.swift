@@ -116,19 +116,24 @@ public struct LineEditor: Sendable {
   public func visible(width: Int) -> (text: String, cursorColumn: Int) {
     let width = max(width, 2)
     var start = 0
+    // A pasted tab is text: shown as one column (→), sent as a tab.
+    func columnsOf(_ character: Character) -> Int {
+      character == "\t" ? 1 : DisplayText.width(of: character)
+    }
     func columns(_ range: Range<Int>) -> Int {
-      characters[range].reduce(0) { $0 + DisplayText.width(of: $1) }
+      characters[range].reduce(0) { $0 + columnsOf($1) }
     }
     // Keep the cursor within the last column; scroll by whole characters.
     while columns(start..<cursor) > width - 1 { start += 1 }
     var end = start
     var used = 0
     while end < characters.count {
-      let next = DisplayText.width(of: characters[end])
+      let next = columnsOf(characters[end])
       if used + next > width { break }
       used += next
       end += 1
     }
-    return (String(characters[start..<end]), columns(start..<cursor))
+    let shown = String(characters[start..<end].map { $0 == "\t" ? "→" : $0 })
+    return (shown, columns(start..<cursor))
   }
 }

@@ -17,6 +17,10 @@ enum KeyInput {
 /// characters, and sends only what changed.
 final class CursesView {
   private let colors: Bool
+  /// Pastes arrive marked (bracketed paste, turned on at start and off at the end).
+  private var paste = BracketedPaste(limit: ChatModel.pasteLimit)
+  private static let bracketedPasteOn = "\u{1B}[?2004h"
+  private static let bracketedPasteOff = "\u{1B}[?2004l"
   /// Rows of the transcript pane.
   private(set) var paneHeight = 1
   private(set) var width = 1
@@ -43,6 +47,12 @@ final class CursesView {
       init_pair(8, Int16(COLOR_YELLOW), -1)  // mentions
     }
     measure()
+    Self.writeToTerminal(Self.bracketedPasteOn)
+  }
+
+  private static func writeToTerminal(_ text: String) {
+    let bytes = Array(text.utf8)
+    _ = bytes.withUnsafeBytes { write(STDOUT_FILENO, $0.baseAddress, $0.count) }
   }
 
   /// What undoes curses' screen, for a crash handler that cannot call `endwin`: the
@@ -53,10 +63,11 @@ final class CursesView {
     for name in ["cnorm", "sgr0", "rmkx", "rmcup"] {
       if let value = chat_capability(name) { bytes += Array(String(cString: value).utf8) }
     }
-    return bytes + [0x0D, 0x0A]
+    return bytes + Array(bracketedPasteOff.utf8) + [0x0D, 0x0A]
   }
 
   func close() {
+    Self.writeToTerminal(Self.bracketedPasteOff)
     endwin()
   }
 
@@ -81,13 +92,18 @@ final class CursesView {
 
   /// Keys waiting (never blocks: the caller polls standard input first).
   func readKeys() -> [KeyInput] {
-    var keys: [KeyInput] = []
+    var inputs: [BracketedPaste.Input] = []
     var value: UInt32 = 0
     while true {
       let result = chat_get_wch(&value)
       if result == ERR { break }
-      if result == KEY_CODE_YES {
-        switch Int32(value) {
+      inputs.append(result == KEY_CODE_YES ? .code(value) : .scalar(value))
+    }
+    var keys: [KeyInput] = []
+    for input in paste.decode(inputs) {
+      switch input {
+      case .code(let code):
+        switch Int32(code) {
         case KEY_RESIZE: keys.append(.resize)
         case KEY_UP: keys.append(.key(.up))
         case KEY_DOWN: keys.append(.key(.down))
@@ -102,22 +118,18 @@ final class CursesView {
         case KEY_ENTER: keys.append(.key(.enter))
         default: break
         }
-        continue
-      }
-      if value == 0x1B {
-        // Alt-x arrives as ESC x.
-        var next: UInt32 = 0
-        if chat_get_wch(&next) == OK, let scalar = Unicode.Scalar(next), next >= 0x20 {
-          keys.append(.key(.alt(Character(scalar))))
+      case .alt(let next):
+        if let scalar = Unicode.Scalar(next) { keys.append(.key(.alt(Character(scalar)))) }
+      case .paste(let text):
+        keys.append(.key(.paste(text)))
+      case .scalar(let value):
+        if let key = Self.controlKey(value) {
+          keys.append(.key(key))
+        } else if value >= 0x20 && value != 0x7F, let scalar = Unicode.Scalar(value),
+          !TerminalTextCheck.isUnsafe(scalar)
+        {
+          keys.append(.key(.character(Character(scalar))))
         }
-        continue
-      }
-      if let key = Self.controlKey(value) {
-        keys.append(.key(key))
-      } else if value >= 0x20 && value != 0x7F, let scalar = Unicode.Scalar(value),
-        !TerminalTextCheck.isUnsafe(scalar)
-      {
-        keys.append(.key(.character(Character(scalar))))
       }
     }
     return keys
