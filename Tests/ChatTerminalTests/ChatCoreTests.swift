@@ -312,3 +312,20 @@ final class BracketedPasteTests: XCTestCase {
     XCTAssertNil(model.pendingPaste)
   }
 }
+
+/// The input line keeps characters whole however their scalars arrive.
+final class LineEditorGraphemeTests: XCTestCase {
+  func testAnEmojiWithASkinToneTypedScalarByScalarIsOneCharacter() {
+    var editor = LineEditor()
+    editor.insert("a")
+    editor.insert("\u{1F44D}")  // 👍
+    editor.insert("\u{1F3FD}")  // its skin tone, a key of its own
+    XCTAssertEqual(editor.characters.count, 2)
+    editor.moveLeft()  // Ctrl-B
+    editor.insert("b")
+    XCTAssertEqual(editor.text, "ab\u{1F44D}\u{1F3FD}")
+    editor.moveToEnd()
+    editor.deleteBackward()
+    XCTAssertEqual(editor.text, "ab")
+  }
+}

@@ -14,10 +14,14 @@ public struct LineEditor: Sendable {
 
   public var text: String { String(characters) }
 
+  /// Inserts `text` at the cursor. Keys come a Unicode scalar at a time, so what was typed
+  /// is joined again into whole characters: 👍 then a skin tone is one 👍🏽 (Ctrl-B and
+  /// Backspace move over it whole, never between its scalars).
   public mutating func insert(_ text: String) {
-    let new = Array(text)
-    characters.insert(contentsOf: new, at: cursor)
-    cursor += new.count
+    let before = String(characters[..<cursor]) + text
+    let joined = Array(before + String(characters[cursor...]))
+    cursor = min(Array(before).count, joined.count)
+    characters = joined
   }
 
   /// Backspace.
