@@ -329,3 +329,27 @@ final class LineEditorGraphemeTests: XCTestCase {
     XCTAssertEqual(editor.text, "ab")
   }
 }
+
+/// Scrolled back, the status line says how many lines came below the view.
+final class NewBelowTests: XCTestCase {
+  func testLinesArrivingWhileScrolledBackAreCountedUntilTheViewFollowsAgain() {
+    var model = ChatModel(ownNames: ["alice"])
+    model.paneWidth = 40
+    model.paneHeight = 5
+    model.join("lobby")
+    let now = Date()
+    for index in 0..<30 {
+      _ = model.receive("lobby", line: "[10:00:\(10 + index)] bob: line \(index)", now: now)
+    }
+    _ = model.handle(.pageUp)
+    XCTAssertTrue(model.statusLine().contains("scrolled back (PgDn)"), model.statusLine())
+    for index in 0..<3 {
+      _ = model.receive("lobby", line: "[10:01:0\(index)] bob: later \(index)", now: now)
+    }
+    XCTAssertTrue(model.statusLine().contains("3 new below (PgDn)"), model.statusLine())
+    _ = model.handle(.pageDown)
+    _ = model.handle(.pageDown)
+    XCTAssertFalse(model.statusLine().contains("below"), model.statusLine())
+    XCTAssertFalse(model.statusLine().contains("scrolled back"), model.statusLine())
+  }
+}

@@ -288,7 +288,10 @@ public struct ChatModel: Sendable {
     if !others.isEmpty { parts.append("unread: " + others.joined(separator: ", ")) }
     parts.append("link " + (link?.rawValue ?? "?"))
     if let outbox { parts.append("outbox \(outbox)") }
-    if let room = currentRoom, room.scrollback.offset > 0 { parts.append("scrolled back (PgDn)") }
+    if let room = currentRoom, room.scrollback.offset > 0 {
+      let below = room.scrollback.newBelow(width: paneWidth)
+      parts.append(below > 0 ? "\(below) new below (PgDn)" : "scrolled back (PgDn)")
+    }
     if let alert { parts.append(DisplayText.safe(alert)) }
     return " " + parts.joined(separator: " | ")
   }

@@ -8,6 +8,8 @@ public struct Scrollback: Sendable {
   public private(set) var offset = 0
   /// Lines kept; older ones go.
   public let capacity: Int
+  /// Lines that came while the view was scrolled back (reset once it follows again).
+  public private(set) var arrivedWhileBack = 0
 
   public init(capacity: Int = 5000) { self.capacity = capacity }
 
@@ -16,7 +18,10 @@ public struct Scrollback: Sendable {
   /// Adds a line at the bottom; a view scrolled back stays on what it shows.
   public mutating func append(_ line: StyledLine, width: Int) {
     lines.append(line)
-    if offset > 0 { offset += Wrapping.rows(of: line, width: width).count }
+    if offset > 0 {
+      offset += Wrapping.rows(of: line, width: width).count
+      arrivedWhileBack += 1
+    }
     if lines.count > capacity {
       let excess = lines.count - capacity
       lines.removeFirst(excess)
@@ -74,7 +79,27 @@ public struct Scrollback: Sendable {
   }
 
   /// PgDn: a page forward, stopping at the bottom (following again).
-  public mutating func pageDown(height: Int) { offset = max(0, offset - max(1, height - 1)) }
+  public mutating func pageDown(height: Int) {
+    offset = max(0, offset - max(1, height - 1))
+    if offset == 0 { arrivedWhileBack = 0 }
+  }
 
-  public mutating func scrollToBottom() { offset = 0 }
+  public mutating func scrollToBottom() {
+    offset = 0
+    arrivedWhileBack = 0
+  }
+
+  /// Of the lines that came while scrolled back, those still wholly below the view (the
+  /// status line's "N new below").
+  public func newBelow(width: Int) -> Int {
+    guard offset > 0, arrivedWhileBack > 0 else { return 0 }
+    var rows = 0
+    var below = 0
+    for line in lines.reversed().prefix(arrivedWhileBack) {
+      rows += Wrapping.rows(of: line, width: width).count
+      guard rows <= offset else { break }
+      below += 1
+    }
+    return below
+  }
 }
