@@ -51,7 +51,7 @@ struct MountCommand: ParsableCommand {
       case; your user name and identity always do)
         notify=mentions|all|off   desktop notifications on the session bus (mentions)
         notify-command=CMD    run CMD (a program and its arguments, no shell) per mention \
-      with ROOM, AUTHOR and TEXT in its environment
+      with ROOM, AUTHOR, TEXT and BOARD in its environment
         readahead=KIB         page-cache readahead of the mount (8192; 0: the kernel's)
         uid=N, gid=N          owner and group shown for every file (default: yours)
         umask=MODE            permission bits to clear, octal (e.g. 077)
@@ -150,6 +150,8 @@ struct MountCommand: ParsableCommand {
     if let remount = parsed.remount {
       return try Self.remount(mountpoint, remount)
     }
+    // Notifications say which board, by the name the user gave it.
+    parsed.awareness.board = local ? "local" : arguments[0]
     if let keyFD {
       parsed.unlockedKey = UnlockedKeyPipe.receive(from: keyFD)
     } else if !local {

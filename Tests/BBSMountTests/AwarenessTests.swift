@@ -551,7 +551,8 @@ final class AwarenessTests: XCTestCase {
       waitUntil(timeout: 10) { notifications().count == 1 }, notifications().joined(separator: "\n")
     )
     let first = try XCTUnwrap(notifications().first)
-    XCTAssertTrue(first.contains("\"bob in lobby\""), first)
+    // Which board: by the name it was mounted with.
+    XCTAssertTrue(first.contains("\"bob in lobby on \(scene.rig.server.address)\""), first)
     XCTAssertTrue(first.contains("alice: lunch?"), first)
     XCTAssertTrue(first.contains("$(not run)"), first)
     // A flood: a few notifications, then one that sums up the rest.
@@ -562,7 +563,7 @@ final class AwarenessTests: XCTestCase {
       notifications().joined(separator: "\n"))
     // Every mention of the flood is told once, on its own or counted in a "N more" line: once
     // they add up to the flood, no notification is left to come.
-    let summed = try NSRegularExpression(pattern: #""(\d+) more in tech""#)
+    let summed = try NSRegularExpression(pattern: #""(\d+) more in tech on "#)
     func told() -> Int {
       notifications().reduce(0) { total, line in
         let range = NSRange(line.startIndex..., in: line)
@@ -571,7 +572,7 @@ final class AwarenessTests: XCTestCase {
         {
           return total + (Int(line[counted]) ?? 0)
         }
-        return total + (line.contains("\"bob in tech\"") ? 1 : 0)
+        return total + (line.contains("\"bob in tech on ") ? 1 : 0)
       }
     }
     XCTAssertTrue(

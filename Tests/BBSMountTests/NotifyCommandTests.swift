@@ -83,6 +83,22 @@ final class NotifyCommandTests: XCTestCase {
     XCTAssertFalse(FileManager.default.fileExists(atPath: directory + "/argument"))
   }
 
+  /// `BOARD` says which board the mention is from (the name it was mounted by), on one line.
+  func testTheBoardIsInTheEnvironment() throws {
+    let script = directory + "/board.sh"
+    try "#!/bin/sh\nprintf '%s' \"$BOARD\" > '\(directory)/board'\n".write(
+      toFile: script, atomically: true, encoding: .utf8)
+    chmod(script, 0o755)
+    let command = try XCTUnwrap(
+      NotifyCommand(command: script, board: "ble:GRID9\nx", logger: logger))
+    command.run(room: "lobby", author: "bob", text: "alice: hi")
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { FileManager.default.fileExists(atPath: self.directory + "/board") })
+    let board = (try? String(contentsOfFile: directory + "/board", encoding: .utf8)) ?? ""
+    XCTAssertTrue(board.hasPrefix("ble:GRID9") && board.hasSuffix("x"), board)
+    XCTAssertFalse(board.contains("\n"), board)
+  }
+
   /// A flood of mentions: four run at once, sixty-four wait their turn, the rest are dropped;
   /// every waiting one runs once a running one ends, and the command works on afterwards.
   func testAFloodIsBounded() throws {

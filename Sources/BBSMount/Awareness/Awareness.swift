@@ -64,8 +64,11 @@ final class Awareness: RoomFeedObserver, Sendable {
     self.eventStreams = eventStreams
     let events = EventLog(streams: eventStreams)
     self.events = events
-    desktop = options.notify == .off ? nil : DesktopNotifier(logger: logger)
-    command = options.notifyCommand.flatMap { NotifyCommand(command: $0, logger: logger) }
+    desktop =
+      options.notify == .off ? nil : DesktopNotifier(board: options.board, logger: logger)
+    command = options.notifyCommand.flatMap {
+      NotifyCommand(command: $0, board: options.board, logger: logger)
+    }
     let watcher = Self.watcher(
       options: options, pool: pool, feeds: feeds, listings: listings, stat: stat,
       logger: logger

@@ -38,6 +38,9 @@ public struct AwarenessOptions: Sendable, Equatable {
   public var notify: Notify = .mentions
   /// A program run per mention with ROOM, AUTHOR and TEXT in its environment (no shell).
   public var notifyCommand: String?
+  /// The board as the user named it when mounting (`ble:GRID9`, `tcp:bbs.example:5640`): which
+  /// board a notification is from, when several are mounted.
+  public var board = ""
 
   public init() {}
 

@@ -39,8 +39,12 @@ final class DesktopNotifier: Sendable {
   /// The longest body sent: a notification shows a few lines at most.
   static let longestBody = 512
 
-  init(logger: Logger) {
+  /// " on BOARD", or nothing without a board name.
+  private let onBoard: String
+
+  init(board: String = "", logger: Logger) {
     self.logger = logger
+    onBoard = board.isEmpty ? "" : " on " + Self.visible(board)
   }
 
   deinit {
@@ -71,7 +75,8 @@ final class DesktopNotifier: Sendable {
         }
         d.sentInWindow += 1
         send(
-          summary: "\(Self.visible(author)) in \(Self.visible(room))", body: Self.visible(text),
+          summary: "\(Self.visible(author)) in \(Self.visible(room))\(onBoard)",
+          body: Self.visible(text),
           &d)
       }
     }
@@ -89,7 +94,7 @@ final class DesktopNotifier: Sendable {
         let rooms = Array(Set(d.held.map(\.room))).sorted()
         let authors = Array(Set(d.held.map(\.author))).sorted()
         let summary =
-          "\(d.held.count) more in \(rooms.prefix(3).map(Self.visible).joined(separator: ", "))"
+          "\(d.held.count) more in \(rooms.prefix(3).map(Self.visible).joined(separator: ", "))\(onBoard)"
         let body = "from " + authors.prefix(5).map(Self.visible).joined(separator: ", ")
         d.held.removeAll()
         d.windowStart = .now

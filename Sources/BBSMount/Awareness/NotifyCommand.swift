@@ -3,8 +3,8 @@ import Glibc
 import Logging
 import Synchronization
 
-/// `-o notify-command=CMD`: runs CMD once per mention with `ROOM`, `AUTHOR` and `TEXT` in its
-/// environment.
+/// `-o notify-command=CMD`: runs CMD once per mention with `ROOM`, `AUTHOR`, `TEXT` and `BOARD`
+/// (the board as the user mounted it) in its environment.
 ///
 /// CMD is split at spaces into a program and its arguments and started with posix_spawnp: no
 /// shell ever sees the message, so nothing in it (`$(…)`, quotes, newlines) can run. At most
@@ -28,10 +28,14 @@ final class NotifyCommand: Sendable {
   /// The longest TEXT passed: Linux refuses an environment string over 128 KiB.
   static let longestText = 100 << 10
 
-  init?(command: String, logger: Logger) {
+  /// The board as the user named it (`BOARD` in the command's environment).
+  private let board: String
+
+  init?(command: String, board: String = "", logger: Logger) {
     let words = command.split(separator: " ").map(String.init)
     guard !words.isEmpty else { return nil }
     arguments = words
+    self.board = TerminalText.oneLine(board)
     self.logger = logger
   }
 
@@ -39,7 +43,7 @@ final class NotifyCommand: Sendable {
     let variables = [
       // The room's name is the server's bytes (author and text come from the room line,
       // already as its file shows them): written the same way.
-      "ROOM": TerminalText.oneLine(room), "AUTHOR": Self.clean(author),
+      "ROOM": TerminalText.oneLine(room), "AUTHOR": Self.clean(author), "BOARD": board,
       "TEXT": String(
         decoding: Array(Self.clean(text).utf8.prefix(Self.longestText)), as: UTF8.self),
     ]
