@@ -109,6 +109,7 @@ struct ChatLoop {
   mutating func run(opening room: String) -> ChatOutcome {
     model.paneWidth = view.width
     model.paneHeight = view.paneHeight
+    model.highlightWords = files.mentionWords().filter { !model.isOwn($0) }
     model.join(room)
     files.follow(room)
     files.followAwareness()
@@ -171,6 +172,8 @@ struct ChatLoop {
         model.receiveMention(room: room)
         effects.append(.bell)
       }
+    case .mentionWords(let words):
+      model.highlightWords = words.filter { !model.isOwn($0) }
     case .event(let event):
       apply(event)
     case .posted(let room, let error):

@@ -139,6 +139,19 @@ final class ChatClientTests: XCTestCase {
     XCTAssertFalse(try rig.roomText().contains("alice: two"))
   }
 
+  /// `-o highlight=deploy`: the client marks a line with the word as a mention (») as the
+  /// mount counts it, not only lines that name you.
+  func testHighlightWordsAreMarkedAsMentions() throws {
+    let rig = try start(mountOptions: ["highlight=deploy"])
+    try rig.bobSays("time to deploy")
+    try rig.bobSays("nothing to see")
+    let screen = rig.window.waitFor("bob: nothing to see").screen
+    let row = screen.split(separator: "\n").first { $0.contains("bob: time to deploy") } ?? ""
+    XCTAssertTrue(row.contains("» bob: time to deploy"), screen)
+    let plain = screen.split(separator: "\n").first { $0.contains("bob: nothing to see") } ?? ""
+    XCTAssertFalse(plain.contains("»"), screen)
+  }
+
   func testSwitchingRoomsUnreadAndMentions() throws {
     let rig = try start { _, bob in
       for room in ["lobby", "tech"] {

@@ -353,3 +353,26 @@ final class NewBelowTests: XCTestCase {
     XCTAssertFalse(model.statusLine().contains("scrolled back"), model.statusLine())
   }
 }
+
+/// `-o highlight=` words: the client learns them from the line `chat/mentions` starts with and
+/// marks the lines that have them, as the mount counts them (the status bar counted @3 while
+/// only the 2 lines naming you were marked).
+final class HighlightWordsTests: XCTestCase {
+  func testTheMentionsHeaderGivesTheWords() {
+    XCTAssertEqual(
+      MountFormats.mentionWords("- [10:00:00] mount9bbs: mentions of alice, deploy, on\\x2ccall"),
+      ["alice", "deploy", "on,call"])
+    XCTAssertNil(MountFormats.mentionWords("lobby [10:00:01] bob: alice: hi"))
+  }
+
+  func testALineWithAHighlightWordIsAMention() {
+    var model = ChatModel(ownNames: ["alice"])
+    model.join("lobby")
+    let now = Date()
+    XCTAssertFalse(model.receive("lobby", line: "[10:00:01] bob: time to deploy", now: now))
+    model.highlightWords = ["deploy"]
+    XCTAssertTrue(model.receive("lobby", line: "[10:00:02] bob: time to Deploy now", now: now))
+    XCTAssertFalse(model.receive("lobby", line: "[10:00:03] bob: redeploying", now: now))
+    XCTAssertFalse(model.receive("lobby", line: "[10:00:04] alice: I deploy", now: now))
+  }
+}

@@ -36,6 +36,9 @@ public struct JoinedRoom: Sendable {
 public struct ChatModel: Sendable {
   /// Names that are you (your user name, nickname, identity): highlighted, and mentions.
   public var ownNames: [String]
+  /// Words the mount counts as mentions besides your names (`-o highlight=`), from the line
+  /// `chat/mentions` starts with: lines with them are marked as the mount counts them.
+  public var highlightWords: [String] = []
   // Set by the key handling too (ChatKeys.swift).
   public internal(set) var rooms: [JoinedRoom] = []
   public internal(set) var current = 0
@@ -188,7 +191,8 @@ public struct ChatModel: Sendable {
   }
 
   func isMention(_ line: RoomLine) -> Bool {
-    !line.author.isEmpty && !isOwn(line.author) && Mentions.mentions(line.text, names: ownNames)
+    !line.author.isEmpty && !isOwn(line.author)
+      && Mentions.mentions(line.text, names: ownNames + highlightWords)
   }
 
   func isOwn(_ author: String) -> Bool {

@@ -24,6 +24,15 @@ public enum MountFormats {
     return (room, RoomLine(parsing: line[line.index(after: space)...]))
   }
 
+  /// The words `chat/mentions` says it looks for, from the line it starts with
+  /// (`- [10:00:00] mount9bbs: mentions of alice, deploy`), nil for any other line.
+  public static func mentionWords(_ line: Substring) -> [String]? {
+    let marker = " mount9bbs: mentions of "
+    guard line.hasPrefix("- "), let range = line.range(of: marker) else { return nil }
+    return line[range.upperBound...].components(separatedBy: ", ").map { unescape($0[...]) }
+      .filter { !$0.isEmpty }
+  }
+
   /// `chat/outbox`: the number of queued posts (the lines after the header).
   public static func outboxCount(_ text: String) -> Int {
     max(0, text.split(separator: "\n").count - 1)

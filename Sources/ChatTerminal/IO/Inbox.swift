@@ -10,6 +10,8 @@ enum Incoming: Sendable {
   /// A room file could not be opened, or ended (only a dying mount ends one).
   case roomFailed(room: String, reason: String, opened: Bool)
   case mention(room: String)
+  /// What `chat/mentions` looks for (your names, and `-o highlight=` words).
+  case mentionWords([String])
   case event(ChatEvent)
   case posted(room: String, error: String?)
   case rooms(names: [String], unread: [String: Int])

@@ -130,10 +130,36 @@ final class MountFiles: Sendable {
     _ = reading.withLock { $0.remove(room) }
   }
 
+  /// What `chat/mentions` looks for, from the line it starts with (read once, waiting at most
+  /// a second): known before any room opens, so its history is marked as the mount counts.
+  func mentionWords() -> [String] {
+    let fd = open(chat + "/mentions", O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+    guard fd >= 0 else { return [] }
+    defer { close(fd) }
+    var splitter = LineSplitter()
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    let deadline = Date().addingTimeInterval(1)
+    while Date() < deadline {
+      var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+      guard poll(&ready, 1, 100) >= 0 || errno == EINTR else { return [] }
+      let count = read(fd, &buffer, buffer.count)
+      if count < 0 && (errno == EAGAIN || errno == EINTR) { continue }
+      guard count > 0 else { return [] }
+      if let line = splitter.lines(adding: buffer[..<count]).first {
+        return MountFormats.mentionWords(line[...]) ?? []
+      }
+    }
+    return []
+  }
+
   /// Follows `chat/mentions` and `chat/events` when the mount has them.
   func followAwareness() {
     stream("mentions") { [inbox] line in
-      if let mention = MountFormats.mention(line[...]) { inbox.post(.mention(room: mention.room)) }
+      if let mention = MountFormats.mention(line[...]) {
+        inbox.post(.mention(room: mention.room))
+      } else if let words = MountFormats.mentionWords(line[...]) {
+        inbox.post(.mentionWords(words))
+      }
     }
     stream("events") { [inbox] line in
       if let event = MountFormats.event(line[...]) { inbox.post(.event(event)) }
