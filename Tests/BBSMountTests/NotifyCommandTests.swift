@@ -99,31 +99,55 @@ final class NotifyCommandTests: XCTestCase {
     XCTAssertFalse(board.contains("\n"), board)
   }
 
-  /// A flood of mentions: four run at once, sixty-four wait their turn, the rest are dropped;
-  /// every waiting one runs once a running one ends, and the command works on afterwards.
-  func testAFloodIsBounded() throws {
-    let command = try XCTUnwrap(NotifyCommand(command: try recorder(wait: true), logger: logger))
-    let flood = NotifyCommand.maximumRunning + NotifyCommand.maximumWaiting + 20
-    for index in 0..<flood { command.run(room: "lobby", author: "bob", text: "\(index)") }
-    try openGate()
-    let kept = NotifyCommand.maximumRunning + NotifyCommand.maximumWaiting
-    XCTAssertTrue(waitUntil(timeout: 30) { self.records.count >= kept })
+  /// A flood of mentions: the first few run, one at a time and in order; the rest of the
+  /// burst becomes one run that says how many (a flood once ran the command 4,490 times in
+  /// 20 s, out of order); the command works on afterwards.
+  func testAFloodIsCoalescedAndRunsInOrder() throws {
+    let command = try XCTUnwrap(NotifyCommand(command: try recorder(), logger: logger))
+    let flood = 500
+    for index in 0..<flood {
+      command.run(room: index % 2 == 0 ? "lobby" : "tech", author: "bob", text: "\(index)")
+    }
+    let limit = command.burstLimit
+    XCTAssertTrue(waitUntil(timeout: 15) { self.records.count >= limit + 1 }, "\(records)")
+    let texts = records.map { String($0.split(separator: "|")[2]) }
+    XCTAssertEqual(Array(texts.prefix(limit)), (0..<limit).map { "\($0)" }, "in order")
+    XCTAssertEqual(texts.dropFirst(limit).first, "\(flood - limit) more mentions", "\(records)")
+    XCTAssertEqual(records[limit].split(separator: "|")[0], "lobby, tech")
+    XCTAssertTrue(waitUntil(timeout: 3) { self.records.count == limit + 1 })
     command.run(room: "lobby", author: "bob", text: "after")
-    XCTAssertTrue(waitUntil(timeout: 10) { self.records.count >= kept + 1 })
-    let texts = Set(records.map { $0.split(separator: "|")[2] })
-    XCTAssertEqual(texts, Set((0..<kept).map { "\($0)"[...] } + ["after"]))
-    XCTAssertEqual(records.count, kept + 1, "each ran once")
+    XCTAssertTrue(waitUntil(timeout: 10) { self.records.last?.contains("|after|") ?? false })
+    XCTAssertEqual(records.count, limit + 2, "\(records)")
+  }
+
+  /// A command slower than the mentions: at most its queue waits (64; 5 here), the rest are
+  /// dropped; the waiting ones run once the running one ends, in order.
+  func testASlowCommandKeepsAtMostItsQueueInOrder() throws {
+    let command = try XCTUnwrap(
+      NotifyCommand(
+        command: try recorder(wait: true), logger: logger, maximumWaiting: 5, burstLimit: 100))
+    for index in 0..<20 { command.run(room: "lobby", author: "bob", text: "\(index)") }
+    try openGate()
+    XCTAssertTrue(waitUntil(timeout: 30) { self.records.count >= 6 })
+    XCTAssertTrue(waitUntil(timeout: 2) { self.records.count > 6 } == false, "\(records)")
+    XCTAssertEqual(records.map { String($0.split(separator: "|")[2]) }, (0..<6).map { "\($0)" })
   }
 
   /// A program that cannot start frees its place: once it exists, mentions run again (had
   /// the failed starts kept their places, none would).
   func testAProgramThatCannotStartFreesItsPlace() throws {
     let command = try XCTUnwrap(NotifyCommand(command: directory + "/record.sh", logger: logger))
-    let batch = NotifyCommand.maximumRunning * 3
-    for index in 0..<batch { command.run(room: "lobby", author: "bob", text: "early \(index)") }
+    for index in 0..<command.burstLimit {
+      command.run(room: "lobby", author: "bob", text: "early \(index)")
+    }
     _ = try recorder()
-    for index in 0..<batch { command.run(room: "lobby", author: "bob", text: "late \(index)") }
+    Thread.sleep(forTimeInterval: NotifyCommand.burstWindow.timeInterval + 0.1)  // a new window
+    for index in 0..<command.burstLimit {
+      command.run(room: "lobby", author: "bob", text: "late \(index)")
+    }
     XCTAssertTrue(
-      waitUntil(timeout: 20) { self.records.filter { $0.contains("|late ") }.count == batch })
+      waitUntil(timeout: 20) {
+        self.records.filter { $0.contains("|late ") }.count == command.burstLimit
+      }, "\(records)")
   }
 }

@@ -7,9 +7,13 @@ import Synchronization
 /// (the board as the user mounted it) in its environment.
 ///
 /// CMD is split at spaces into a program and its arguments and started with posix_spawnp: no
-/// shell ever sees the message, so nothing in it (`$(…)`, quotes, newlines) can run. At most
-/// ``maximumRunning`` run at once and ``maximumWaiting`` wait; a flood beyond that is
-/// dropped (logged once per burst). Every child is waited for, so none is left a zombie.
+/// shell ever sees the message, so nothing in it (`$(…)`, quotes, newlines) can run. Runs go
+/// one at a time, so they come in the order of the mentions. A flood is coalesced, as desktop
+/// notifications are: at most `burstLimit` runs start within ``burstWindow``; the mentions
+/// beyond that become one run when the window ends, with `COUNT` set, `TEXT` saying how many
+/// more there were, `ROOM` and `AUTHOR` listing where and who. At most `maximumWaiting` runs
+/// wait (a command slower than the mentions); beyond that they are dropped (logged once per
+/// burst). Every child is waited for, so none is left a zombie.
 final class NotifyCommand: Sendable {
   private struct State {
     /// Children started and not yet ended.
@@ -18,23 +22,37 @@ final class NotifyCommand: Sendable {
     var waiting: [[String: String]] = []
     /// Mentions dropped since the log last said so.
     var dropped = 0
+    /// The burst window: when it began, runs taken in it, mentions held for its summary.
+    var windowStart = ContinuousClock.now
+    var takenInWindow = 0
+    var held: [(room: String, author: String)] = []
+    var flushScheduled = false
   }
 
   let arguments: [String]
   private let logger: Logger
   private let state = Mutex(State())
-  static let maximumRunning = 4
-  static let maximumWaiting = 64
+  static let maximumRunning = 1
+  static let burstWindow: Duration = .seconds(1)
+  /// Runs that may wait behind the running one (64).
+  let maximumWaiting: Int
+  /// Runs started per ``burstWindow`` before the rest are summed up (3).
+  let burstLimit: Int
   /// The longest TEXT passed: Linux refuses an environment string over 128 KiB.
   static let longestText = 100 << 10
 
   /// The board as the user named it (`BOARD` in the command's environment).
   private let board: String
 
-  init?(command: String, board: String = "", logger: Logger) {
+  init?(
+    command: String, board: String = "", logger: Logger, maximumWaiting: Int = 64,
+    burstLimit: Int = 3
+  ) {
     let words = command.split(separator: " ").map(String.init)
     guard !words.isEmpty else { return nil }
     arguments = words
+    self.maximumWaiting = maximumWaiting
+    self.burstLimit = burstLimit
     self.board = TerminalText.oneLine(board)
     self.logger = logger
   }
@@ -47,20 +65,65 @@ final class NotifyCommand: Sendable {
       "TEXT": String(
         decoding: Array(Self.clean(text).utf8.prefix(Self.longestText)), as: UTF8.self),
     ]
-    let start: Bool = state.withLock { state in
-      if state.running < Self.maximumRunning {
-        state.running += 1
-        return true
+    let (start, flushIn): (Bool, Duration?) = state.withLock { state in
+      let now = ContinuousClock.now
+      if state.windowStart.duration(to: now) >= Self.burstWindow {
+        state.windowStart = now
+        state.takenInWindow = 0
       }
-      if state.waiting.count < Self.maximumWaiting {
-        state.waiting.append(variables)
-      } else {
-        state.dropped += 1
+      guard state.takenInWindow < burstLimit else {
+        state.held.append((variables["ROOM"] ?? "", variables["AUTHOR"] ?? ""))
+        if state.held.count > 10_000 { state.held.removeFirst(state.held.count - 10_000) }
+        guard !state.flushScheduled else { return (false, nil) }
+        state.flushScheduled = true
+        return (false, Self.burstWindow - state.windowStart.duration(to: now))
       }
-      return false
+      state.takenInWindow += 1
+      return (take(variables, &state), nil)
     }
     // Off the room feed's thread: starting a process takes a while.
     if start { DispatchQueue.global().async { [self] in spawn(variables) } }
+    if let flushIn {
+      DispatchQueue.global().asyncAfter(
+        deadline: .now() + max(flushIn, .milliseconds(10)).timeInterval
+      ) { [self] in flush() }
+    }
+  }
+
+  /// Queues a run; true if it may start now (nothing else running).
+  private func take(_ variables: [String: String], _ state: inout State) -> Bool {
+    if state.running < Self.maximumRunning {
+      state.running += 1
+      return true
+    }
+    if state.waiting.count < maximumWaiting {
+      state.waiting.append(variables)
+    } else {
+      state.dropped += 1
+    }
+    return false
+  }
+
+  /// The burst window ended: one run for the mentions it held.
+  private func flush() {
+    let summary: [String: String]? = state.withLock { state in
+      state.flushScheduled = false
+      guard !state.held.isEmpty else { return nil }
+      let rooms = Array(Set(state.held.map(\.room))).sorted()
+      let authors = Array(Set(state.held.map(\.author))).sorted()
+      let count = state.held.count
+      state.held.removeAll()
+      state.windowStart = .now
+      state.takenInWindow = 1
+      return [
+        "ROOM": rooms.prefix(10).joined(separator: ", "),
+        "AUTHOR": authors.prefix(5).joined(separator: ", "), "BOARD": board,
+        "TEXT": "\(count) more mention\(count == 1 ? "" : "s")", "COUNT": "\(count)",
+      ]
+    }
+    guard let summary else { return }
+    let start = state.withLock { take(summary, &$0) }
+    if start { spawn(summary) }
   }
 
   /// No NUL can pass through an environment string.
