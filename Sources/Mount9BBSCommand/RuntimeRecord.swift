@@ -24,9 +24,34 @@ struct RuntimeRecord {
     path = directory + "/" + Self.fileName(for: self.mountpoint) + ".pid"
   }
 
-  /// The record for a mount point in the user's runtime directory, made and checked first.
+  /// The record for a mount point: in the user's runtime directory (made and checked first),
+  /// or, when it is not there, in another of the user's runtime directories that holds it: a
+  /// mount made from a desktop session (`XDG_RUNTIME_DIR=/run/user/UID`) is found from an ssh
+  /// or `su` shell without one, and the other way round.
   init(mountpoint: String) throws(RuntimeDirectoryError) {
-    self.init(mountpoint: mountpoint, in: try Self.directory())
+    let primary = RuntimeRecord(mountpoint: mountpoint, in: try Self.directory())
+    guard !FileManager.default.fileExists(atPath: primary.path) else {
+      self = primary
+      return
+    }
+    self =
+      Self.otherDirectories().lazy.map { RuntimeRecord(mountpoint: mountpoint, in: $0) }
+      .first { FileManager.default.fileExists(atPath: $0.path) } ?? primary
+  }
+
+  /// The user's other runtime directories that may hold records: only ones the user owns and
+  /// no one else may write.
+  static func otherDirectories() -> [String] {
+    let uid = geteuid()
+    let candidates = [
+      "/run/user/\(uid)/mount9bbs", uid == 0 ? "/run/mount9bbs" : "", "/tmp/mount9bbs-\(uid)",
+    ]
+    let primary = (try? directory()) ?? ""
+    return candidates.filter { path in
+      var info = stat()
+      return !path.isEmpty && path != primary && lstat(path, &info) == 0
+        && info.st_mode & S_IFMT == S_IFDIR && info.st_uid == uid && info.st_mode & 0o022 == 0
+    }
   }
 
   /// A file name that differs for every mount point: letters, digits, `.` and `-` stay, `/`

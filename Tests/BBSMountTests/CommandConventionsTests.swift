@@ -365,6 +365,27 @@ final class CommandConventionsTests: XCTestCase {
     XCTAssertTrue(waitUntil(timeout: 10) { mountDaemons(serving: mountpoint).isEmpty })
   }
 
+  /// A mount made without XDG_RUNTIME_DIR (an ssh or su shell: root's records go to
+  /// /run/mount9bbs) is found by `status` and `-u` run with one (a desktop terminal), which
+  /// once said a live daemon was probably killed and suggested `-u`.
+  func testStatusAndUnmountFindAMountMadeWithAnotherRuntimeDirectory() throws {
+    let server = try startServer()
+    let directory = try temporaryDirectory()
+    let mountpoint = directory + "/mnt"
+    let mount9bbs = binary("mount9bbs")
+    let mounted = try shell("env -u XDG_RUNTIME_DIR \(mount9bbs) \(server.address) \(mountpoint)")
+    XCTAssertEqual(mounted.status, 0, mounted.output)
+    addTeardownBlock { forceUnmount(mountpoint) }
+    let desktop = try makeTemporaryDirectory("runtime")
+    let status = try shell("XDG_RUNTIME_DIR=\(desktop) \(mount9bbs) status \(mountpoint) 2>&1")
+    XCTAssertEqual(status.status, 0, status.output)
+    XCTAssertFalse(status.output.contains("killed"), status.output)
+    let unmounted = try shell("XDG_RUNTIME_DIR=\(desktop) \(mount9bbs) -u \(mountpoint) 2>&1")
+    XCTAssertEqual(unmounted.status, 0, unmounted.output)
+    XCTAssertTrue(waitUntil(timeout: 10) { !isMounted(mountpoint) })
+    XCTAssertTrue(waitUntil(timeout: 10) { mountDaemons(serving: mountpoint).isEmpty })
+  }
+
   func testUnwritableLogFileFailsTheMount() throws {
     let server = try startServer()
     let directory = try temporaryDirectory()
