@@ -29,24 +29,26 @@ struct RuntimeRecord {
   /// mount made from a desktop session (`XDG_RUNTIME_DIR=/run/user/UID`) is found from an ssh
   /// or `su` shell without one, and the other way round.
   init(mountpoint: String) throws(RuntimeDirectoryError) {
-    let primary = RuntimeRecord(mountpoint: mountpoint, in: try Self.directory())
+    let directory = try Self.directory()
+    let primary = RuntimeRecord(mountpoint: mountpoint, in: directory)
     guard !FileManager.default.fileExists(atPath: primary.path) else {
       self = primary
       return
     }
     self =
-      Self.otherDirectories().lazy.map { RuntimeRecord(mountpoint: mountpoint, in: $0) }
+      Self.otherDirectories(than: directory).lazy.map {
+        RuntimeRecord(mountpoint: mountpoint, in: $0)
+      }
       .first { FileManager.default.fileExists(atPath: $0.path) } ?? primary
   }
 
   /// The user's other runtime directories that may hold records: only ones the user owns and
   /// no one else may write.
-  static func otherDirectories() -> [String] {
+  static func otherDirectories(than primary: String) -> [String] {
     let uid = geteuid()
     let candidates = [
       "/run/user/\(uid)/mount9bbs", uid == 0 ? "/run/mount9bbs" : "", "/tmp/mount9bbs-\(uid)",
     ]
-    let primary = (try? directory()) ?? ""
     return candidates.filter { path in
       var info = stat()
       return !path.isEmpty && path != primary && lstat(path, &info) == 0

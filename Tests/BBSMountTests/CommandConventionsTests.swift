@@ -244,7 +244,8 @@ final class CommandConventionsTests: XCTestCase {
 
   /// `-o remount,…` (as mount(8) hands a helper, with the mount's present options and the
   /// kernel's) changes a live mount's flags: `ro` makes writes fail with EROFS, `rw` lets them
-  /// through again; an option that cannot change on a live mount is refused by name.
+  /// through again; the mount's own options repeated stay as they are, and an invalid one is
+  /// refused by name.
   func testRemountChangesTheMountsFlags() throws {
     let server = try startServer()
     let directory = try temporaryDirectory()
