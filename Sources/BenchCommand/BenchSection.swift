@@ -23,6 +23,7 @@ enum BenchSections {
       DaemonSection.self,
       BLESection.self,
       PeopleSection.self,
+      PostLatencySection.self,
       ScriptsSection.self,
       ChatClientSection.self,
       AwarenessSection.self,

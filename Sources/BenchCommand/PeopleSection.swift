@@ -67,7 +67,7 @@ struct PeopleSection: BenchSection {
       for (tool, output, readers) in cases {
         let outcome = try follow(
           tool, output: output, mountpoint: fs.mountpoint, rooms: ["r01"],
-          readersPerRoom: readers, poster: poster, fid: fid, stragglers: &stragglers)
+          readersPerRoom: readers, post: poster.poster(fid), stragglers: &stragglers)
         let floor =
           output == .pty
           ? floors[readers].map { String(format: "bare-FUSE floor p50 %.3f ms", $0) } : nil
@@ -93,7 +93,7 @@ struct PeopleSection: BenchSection {
       for tool in [FollowTool.tail, .cat] {
         let outcome = try follow(
           tool, output: .pty, mountpoint: fs.mountpoint, rooms: deviceRooms, readersPerRoom: 1,
-          poster: poster, fid: fid, stragglers: &stragglers)
+          post: poster.poster(fid), stragglers: &stragglers)
         let note = tool == .tail ? "seqpacket; rooms empty when tail starts" : "seqpacket"
         report.add(outcome.row(section, "device: \(tool.rawValue), pty, 8 rooms", note: note))
       }
@@ -117,7 +117,7 @@ struct PeopleSection: BenchSection {
         for tool in [FollowTool.tail, .cat] {
           let outcome = try follow(
             tool, output: .pty, mountpoint: fs.mountpoint, rooms: rooms, readersPerRoom: 1,
-            poster: poster, fid: fid, stragglers: &stragglers)
+            post: poster.poster(fid), stragglers: &stragglers)
           let label =
             "BLE: \(tool.rawValue), pty, \(rooms.count) room\(rooms.count == 1 ? "" : "s")"
           report.add(outcome.row(section, label, note: "link \(profile)"))
@@ -127,12 +127,13 @@ struct PeopleSection: BenchSection {
   }
 
   /// Starts `readersPerRoom` readers of each room, waits until each shows a warm-up line, then
-  /// posts `settings.peoplePosts` lines round-robin over `rooms`, a random 100–300 ms apart, and
+  /// `post`s `settings.peoplePosts` lines (text beginning `people `) round-robin over `rooms`, a random 100–300 ms apart, and
   /// times each line from its post to its appearance on each reader's output. A line not seen
   /// within `deadline` seconds of its post is undelivered.
-  private func follow(
+  func follow(
     _ tool: FollowTool, output: OutputFollower.Output, mountpoint: String, rooms: [String],
-    readersPerRoom: Int, poster: DirectClient, fid: Fid, stragglers: inout [OutputFollower],
+    readersPerRoom: Int, post: (_ room: String, _ text: String) throws -> Void,
+    stragglers: inout [OutputFollower],
     warmUp: Double = 5, deadline: Double = 5
   ) throws -> FollowOutcome {
     let run = rig.nextToken()
@@ -179,7 +180,7 @@ struct PeopleSection: BenchSection {
     var cold = readers.map(\.follower)
     while !cold.isEmpty && Clock.now < warmUpEnd {
       attempt += 1
-      for room in rooms { try poster.post(fid, "\(room):warm-up #p\(warmPrefix)\(attempt)#") }
+      for room in rooms { try post(room, "warm-up #p\(warmPrefix)\(attempt)#") }
       let turnEnd = min(warmUpEnd, Clock.now + 2_000_000_000)
       cold = cold.filter { !$0.wait(until: turnEnd, for: isWarm) }
     }
@@ -200,7 +201,7 @@ struct PeopleSection: BenchSection {
       let room = rooms[(seq - 1) % rooms.count]
       let token = "\(run)-\(seq)"
       let at = Clock.now
-      try poster.post(fid, "\(room):people #p\(token)#")
+      try post(room, "people #p\(token)#")
       sent.append((token, room, at))
       usleep(UInt32.random(in: 100_000...300_000))
     }
@@ -234,6 +235,13 @@ struct PeopleSection: BenchSection {
     for follower in followers { counts[follower.kernelState, default: 0] += 1 }
     return counts.sorted { $0.key < $1.key }.map { "\($0.key) ×\($0.value)" }
       .joined(separator: ", ")
+  }
+}
+
+extension DirectClient {
+  /// A `follow` poster: `room:text` written to `fid`, an open `/chat/post`.
+  func poster(_ fid: Fid) -> (String, String) throws -> Void {
+    { room, text in try self.post(fid, "\(room):\(text)") }
   }
 }
 

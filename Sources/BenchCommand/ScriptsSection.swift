@@ -78,7 +78,7 @@ struct ScriptsSection: BenchSection {
     var ready = false
     while !ready && Clock.now < readyBy {
       let at = Clock.now
-      try post("!ping warm-up", to: roomFile)
+      try RoomFileWriter.echo("!ping warm-up", to: roomFile)
       ready =
         watcher.firstLine(containing: "pong (", after: at, waitingUntil: at + 1_000_000_000)
         != nil
@@ -93,7 +93,7 @@ struct ScriptsSection: BenchSection {
     let pings = rig.settings.peoplePosts
     for index in 1...pings {
       let at = Clock.now
-      try post("!ping \(index)", to: roomFile)
+      try RoomFileWriter.echo("!ping \(index)", to: roomFile)
       if let seen = watcher.firstLine(
         containing: "pong (", after: at, waitingUntil: at + 1_500_000_000)
       {
@@ -124,17 +124,6 @@ struct ScriptsSection: BenchSection {
       candidates.append(directory + "/examples/ping-bot.sh")
     }
     return candidates.first { FileManager.default.isReadableFile(atPath: $0) }
-  }
-
-  /// Writes one line to a room file as `echo text > room` does.
-  private func post(_ text: String, to file: String) throws {
-    let fd = open(file, O_WRONLY)
-    guard fd >= 0 else { throw BenchError("open \(file): \(String(cString: strerror(errno)))") }
-    defer { close(fd) }
-    let bytes = Array((text + "\n").utf8)
-    guard write(fd, bytes, bytes.count) == bytes.count else {
-      throw BenchError("write \(file): \(String(cString: strerror(errno)))")
-    }
   }
 
   // MARK: Catch-up after a remount
