@@ -101,7 +101,8 @@ struct BBSDaemonCommand: ParsableCommand {
   @Option(
     help: ArgumentHelp(
       """
-      Serve at most N clients at once and refuse (and log) the next (default: \
+      Serve at most N clients at once and refuse (and log) the next, answering its \
+      Tversion "board full: all N sessions in use" (default: \
       \(BBSServerConfiguration.defaultConnectionCap); device: 4; gen1: no cap).
       """, valueName: "N"))
   var connectionCap: Int?

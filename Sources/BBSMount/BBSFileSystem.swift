@@ -84,6 +84,7 @@ public final class BBSFileSystem: FuseFileSystem, Sendable {
       [handles] feed in
       for (_, room) in handles.all(RoomHandle.self) where room.feed === feed { room.notifyPoll() }
     }
+    pool.observeStreamRoom { [weak feeds] crowded in feeds?.move(off: crowded) }
     nodes = NodeAttributes(
       options: options, classifier: classifier, feeds: feeds, started: Date())
     tree = MountTree(

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import NinePProtocol
 import NinePTransport
 
 // Accepting connections: the accept loop of each listener, the caps a newcomer must pass,
@@ -46,6 +47,7 @@ extension BBSServer {
   /// Registers a connection, or refuses (closes) it when a cap or a stop says so.
   func admit(_ transport: any MessageTransport, slotted: Bool) -> Connection? {
     var refusal = ""
+    var full = false
     let admitted = state.withLock { state -> Connection? in
       guard !state.stopped else {
         refusal = "the server is stopping"
@@ -53,6 +55,7 @@ extension BBSServer {
       }
       if case .refuse(let max) = configuration.connectionLimit, state.connections.count >= max {
         refusal = "all \(max) sessions in use"
+        full = true
         return nil
       }
       if let perAddress = configuration.maxConnectionsPerAddress,
@@ -71,10 +74,46 @@ extension BBSServer {
     }
     if admitted == nil {
       logRefusal("9bbsd: refusing a connection from \(transport.address): \(refusal)")
-      transport.close()
       if slotted { slots?.release() }
+      if full {
+        tellFull(transport, refusal)
+      } else {
+        transport.close()
+      }
     }
     return admitted
+  }
+
+  /// The longest a refused newcomer is given to send its Tversion.
+  static let fullAnswerPatience: Duration = .seconds(2)
+  /// Most refused newcomers answered at once; beyond, they are only closed.
+  static let fullAnswersAtOnce = 8
+
+  /// Answers a newcomer the board is too full for: its Tversion gets the Rerror `board full:
+  /// WHY`, so its user reads why (a bare close says only that the server hung up), then the
+  /// connection closes. Bounded: a flood of newcomers costs a few threads for 2 s at most.
+  private func tellFull(_ transport: any MessageTransport, _ why: String) {
+    let taken = state.withLock { state -> Bool in
+      guard state.fullAnswers < Self.fullAnswersAtOnce else { return false }
+      state.fullAnswers += 1
+      return true
+    }
+    guard taken else { return transport.close() }
+    // Closing is idempotent (the transport's gate), so the deadline needs no cancelling.
+    DispatchQueue.global().asyncAfter(deadline: .now() + Self.fullAnswerPatience.timeInterval) {
+      transport.close()
+    }
+    Thread.detachNewThread { [self] in
+      defer {
+        transport.close()
+        state.withLock { $0.fullAnswers -= 1 }
+      }
+      guard let frame = try? transport.receive(limit: 8192),
+        let (tag, message) = try? Message.decode(frame, limits: .unbounded),
+        case .tversion = message
+      else { return }
+      try? transport.send(Message.rerror(ename: "board full: \(why)").encoded(tag: tag))
+    }
   }
 
   /// Forgets a connection; `fidsLeftOpen` are the fids its client never clunked (gen1).

@@ -84,6 +84,8 @@ public final class BBSServer: Sendable {
     /// Refusals not logged yet (at most one line a second), and when the last was logged.
     var refusalsUnlogged = 0
     var lastRefusalLog: ContinuousClock.Instant?
+    /// Newcomers being told the board is full (``tellFull``).
+    var fullAnswers = 0
   }
 
   /// Builds the server: opens the store (`dataDirectory`) and the files area, loads the board.

@@ -29,6 +29,9 @@ public enum NinePError: Error, Sendable, Equatable, CustomStringConvertible {
   case transport(TransportError)
   /// Tauth, or a Tattach that needs it, failed.
   case authentication(AuthenticationError)
+  /// The board has no session for us: its others are in use (it answered Tversion with
+  /// `board full: WHY`, as 9bbsd does).
+  case boardFull(serverSaid: String)
 
   /// The errno a file system should report for this error.
   public var errno: Int32 {
@@ -43,6 +46,7 @@ public enum NinePError: Error, Sendable, Equatable, CustomStringConvertible {
     case .resourceExhausted: EMFILE
     case .transport: EIO
     case .authentication: EACCES
+    case .boardFull: ECONNREFUSED
     }
   }
 
@@ -60,6 +64,22 @@ public enum NinePError: Error, Sendable, Equatable, CustomStringConvertible {
     case .resourceExhausted(let what): "out of \(what)"
     case .transport(let error): error.description
     case .authentication(let error): error.description
+    case .boardFull(let said): "board full (\(Self.boardFullReason(said)))"
     }
+  }
+
+  /// What follows `board full` in a board's refusal ("all 4 sessions in use").
+  static func boardFullReason(_ said: String) -> String {
+    var reason = said.dropFirst(Self.boardFullPrefix.count)
+    while let first = reason.first, first == ":" || first == " " { reason = reason.dropFirst() }
+    return reason.isEmpty ? "no session free" : String(reason)
+  }
+
+  /// How a board's answer to Tversion says it has no session free.
+  static let boardFullPrefix = "board full"
+
+  /// Whether the server answered Tversion with `ename` because it has no session free.
+  static func meansBoardFull(_ ename: String) -> Bool {
+    ename.lowercased().hasPrefix(boardFullPrefix)
   }
 }

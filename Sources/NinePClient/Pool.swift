@@ -166,6 +166,12 @@ public final class Pool: Sendable {
     state.withLock { $0.link.generation }
   }
 
+  /// Calls `mover` with the primary when a stream session opened after a reconnect's
+  /// comeback window: streams placed on the primary meanwhile should be placed again.
+  public func observeStreamRoom(_ mover: @escaping @Sendable (_ crowded: Session) -> Void) {
+    state.withLock { $0.streamMovers.append(mover) }
+  }
+
   /// Calls `observer` on every link state change (on the thread that caused it).
   public func observe(_ observer: @escaping @Sendable (LinkState) -> Void) {
     state.withLock { $0.observers.append(observer) }
@@ -232,6 +238,10 @@ public final class Pool: Sendable {
         let settled = DispatchSemaphore(value: 0)
         if state.withLock({ $0.ledger.whenDialSettled { settled.signal() } }) {
           _ = settled.wait(timeout: .now() + grace.timeInterval)
+        }
+      case .allowExtraSessions(let delay, let generation):
+        DispatchQueue.global().asyncAfter(deadline: .now() + delay.timeInterval) { [self] in
+          extraSessionsAllowed(generation: generation)
         }
       case .wake(let waiters, let session):
         for waiter in waiters { waiter(.success(session)) }
@@ -312,5 +322,7 @@ struct PoolState<Connection: AnyObject & Sendable> {
   var link: PoolLink<Connection>
   var ledger = StreamLedger<Connection>()
   var observers: [@Sendable (LinkState) -> Void] = []
+  /// Told when streams placed on a session (the primary) may move to a new stream session.
+  var streamMovers: [@Sendable (Connection) -> Void] = []
   var keepaliveStarted = false
 }

@@ -72,6 +72,9 @@ struct PoolLink<Connection: AnyObject & Sendable> {
     case retire([Connection], reason: String, within: Duration, awaited: Bool)
     /// Wait (at most this long) for a stream session still being dialled to retire itself.
     case settleStreamDial(within: Duration)
+    /// Call the pool's extra-session check after `delay` (the comeback window is over): room
+    /// feeds that went to the primary meanwhile may move to a stream session.
+    case allowExtraSessions(after: Duration, generation: UInt64)
     /// Hand the new primary to these waiters.
     case wake([Waiter], Connection)
     /// Fail these waiters.
@@ -119,6 +122,11 @@ struct PoolLink<Connection: AnyObject & Sendable> {
   /// The server did not give an extra session: streams share the open ones until the link
   /// is established again.
   var extraSessionsRefused = false
+  /// After a reconnect, no extra session is dialled before this: the other members of a
+  /// shared board lost the link when we did and come back within about as long as the
+  /// outage lasted (their backoff), each needing one of the board's few sessions for its
+  /// primary. Nil: extra sessions may be dialled.
+  private(set) var extraSessionsFrom: ContinuousClock.Instant?
 
   private var upWaiters: [UInt64: Waiter] = [:]
   private var nextWaiterID: UInt64 = 1
@@ -184,6 +192,22 @@ struct PoolLink<Connection: AnyObject & Sendable> {
 
   // MARK: - Coming up
 
+  /// Whether a stream session may be dialled now (not inside a comeback window).
+  func mayDialExtraSessions(now: ContinuousClock.Instant = .now) -> Bool {
+    extraSessionsFrom.map { now >= $0 } ?? true
+  }
+
+  /// How long after a reconnect from an outage of `outage` extra sessions wait: the longest
+  /// backoff another client of the board can be in after an outage that long (its waits
+  /// double, so the next is about as long as it has been down, capped and with jitter), and
+  /// a second for its handshake.
+  func comebackWindow(after outage: Duration) -> Duration {
+    min(outage, policy.maximumBackoff) * Self.largestJitter + .seconds(1)
+  }
+
+  /// The largest factor ``jitter`` gives by default.
+  static var largestJitter: Double { 1.25 }
+
   /// ``Pool/start()`` dialled `session` on `addresses[index]`.
   mutating func started(_ session: Connection, on index: Int) -> [Action] {
     guard !isClosed else { return [.close([session], reason: "pool closed")] }
@@ -193,27 +217,43 @@ struct PoolLink<Connection: AnyObject & Sendable> {
   }
 
   /// A reconnect dial to `addresses[index]` answered.
-  mutating func redialled(_ session: Connection, on index: Int) -> [Action] {
-    guard isDown else { return [.close([session], reason: "pool closed")] }
+  mutating func redialled(
+    _ session: Connection, on index: Int, now: ContinuousClock.Instant = .now
+  ) -> [Action] {
+    guard case .down(_, _, let since) = phase else {
+      return [.close([session], reason: "pool closed")]
+    }
     reconnects += 1
     if index != endpoint { switches += 1 }
     endpoint = index
     install(session)
+    // The primary first, for every member: extra sessions only once the others are back.
+    let window = comebackWindow(after: since.duration(to: now))
+    extraSessionsFrom = now + window
     let waiters = Array(upWaiters.values)
     upWaiters.removeAll()
     return [
       .log(.notice, "link to \(endpoints[index]) is back (reconnect \(reconnects))"),
       .notify(.up), .wake(waiters, session), .watch(session),
+      .allowExtraSessions(after: window, generation: generation),
     ] + preferredRetryWanted()
   }
 
   /// A reconnect dial to `addresses[index]` failed: the next transport of the round, or,
   /// the round over, a new round of all of them after a longer backoff.
   mutating func redialFailed(on index: Int, error: NinePError) -> [Action] {
-    guard case .down(let reason, let attempt, let since) = phase else { return [] }
+    guard case .down(var reason, let attempt, let since) = phase else { return [] }
     var actions: [Action] = [
       .log(.info, "reconnect attempt \(attempt + 1) to \(endpoints[index]) failed: \(error)")
     ]
+    // The board answers but has no session for us: that, not the old loss, is why we are
+    // still down, and the user should read it.
+    if case .boardFull = error, reason != error.description {
+      reason = error.description
+      phase = .down(reason: reason, attempt: attempt, since: since)
+      changedAt = Date()
+      actions.append(.notify(.down(reason: reason)))
+    }
     var delay = Duration.zero
     if round.isEmpty {
       phase = .down(reason: reason, attempt: attempt + 1, since: since)
@@ -228,6 +268,7 @@ struct PoolLink<Connection: AnyObject & Sendable> {
   private mutating func install(_ session: Connection) {
     phase = .up(primary: session)
     extraSessionsRefused = false
+    extraSessionsFrom = nil
     preferredRetriesFailed = 0
     generation += 1
     changedAt = Date()
@@ -324,6 +365,11 @@ struct PoolLink<Connection: AnyObject & Sendable> {
     guard case .up = phase, index == endpoint else { return false }
     streams.append(session)
     return true
+  }
+
+  /// The newest stream session, no longer ours: the caller retires it.
+  mutating func giveBackStream() -> Connection? {
+    streams.popLast()
   }
 
   /// Forgets the stream sessions for which `isClosed` holds.

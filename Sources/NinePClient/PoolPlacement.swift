@@ -155,7 +155,7 @@ extension PoolState {
   /// new session; without, it takes a place on an open one (nil: the link is down).
   mutating func placeStream(
     by rule: StreamPlacement, measured: [ObjectIdentifier: SessionLoad],
-    waiter: PoolLink<Connection>.Waiter?
+    waiter: PoolLink<Connection>.Waiter?, now: ContinuousClock.Instant = .now
   ) -> StreamPlacing {
     guard let primary = link.primary else { return .linkDown }
     link.dropStreams { measured[ObjectIdentifier($0)]?.closed == true }
@@ -164,7 +164,8 @@ extension PoolState {
       ledger.load(of: session, parked: measured[ObjectIdentifier(session)]?.parked ?? 0)
     }
     let choice = rule.choose(
-      primaryLoad: load(primary), streamLoads: link.streams.map(load), mayDial: waiter != nil,
+      primaryLoad: load(primary), streamLoads: link.streams.map(load),
+      mayDial: waiter != nil && link.mayDialExtraSessions(now: now),
       extraSessionsRefused: link.extraSessionsRefused)
     let chosen: Connection
     switch choice {
@@ -177,6 +178,12 @@ extension PoolState {
     }
     ledger.reserve(chosen)
     return .placed(chosen)
+  }
+}
+
+extension Result {
+  fileprivate var isSuccess: Bool {
+    if case .success = self { true } else { false }
   }
 }
 
@@ -275,33 +282,66 @@ extension Pool {
     }
   }
 
-  /// Opens a stream session and places everyone waiting for it.
-  private func dialStreamSession() {
+  /// A reconnect's comeback window of `generation` is over: if streams went to the primary
+  /// meanwhile and the board may give another session, one is dialled and, once open, the
+  /// streams' owners are told to place them again (``observeStreamRoom(_:)``).
+  func extraSessionsAllowed(generation: UInt64) {
+    let primary = current
+    let parked = primary?.parkedStreams ?? 0
+    let dial = state.withLock { state -> Bool in
+      guard let primary, state.link.primary === primary, state.link.generation == generation,
+        maxSessions > 1, !state.link.extraSessionsRefused, state.link.streams.isEmpty,
+        state.ledger.load(of: primary, parked: parked) > 0
+      else { return false }
+      return state.ledger.startDial()
+    }
+    guard dial, let primary else { return }
+    Thread.detachNewThread { [self] in dialStreamSession(movingFrom: primary) }
+  }
+
+  /// Opens a stream session and places everyone waiting for it; with `crowded`, the owners of
+  /// the streams placed there are told they may move (``observeStreamRoom(_:)``).
+  private func dialStreamSession(movingFrom crowded: Session? = nil) {
     let handshake = min(configuration.requestTimeout ?? Self.streamHandshake, Self.streamHandshake)
     // The transport the primary uses: a stream session on another would outlive a switch.
     let target = state.withLock { $0.link.endpoint }
     let result = Result { () throws(NinePError) -> Session in
       try dialSession(to: target, handshake: handshake)
     }
-    let (callers, late, settled) = state.withLock {
-      state -> ([Completion], Session?, [@Sendable () -> Void]) in
+    let (callers, late, settled, givenBack, movers) = state.withLock {
+      state -> (
+        [Completion], Session?, [@Sendable () -> Void], Session?, [@Sendable (Session) -> Void]
+      )
+      in
       let callers = state.ledger.takeWaiters()
       var late: Session?
+      var givenBack: Session?
       switch result {
       case .success(let session):
         // Not adopted: the pool closed, lost the link or moved to another transport meanwhile.
         if !state.link.adopt(stream: session, dialledOn: target) { late = session }
-      case .failure:
+      case .failure(let error):
         // A server that serves one connection at a time leaves the second one unanswered.
         state.link.extraSessionsRefused = true
+        // A full board: someone else may be waiting for a session. Give the newest extra one
+        // back; its streams share the others.
+        if case .boardFull = error { givenBack = state.link.giveBackStream() }
       }
-      return (callers, late, late == nil ? state.ledger.finishDial() : [])
+      let movers = crowded != nil && late == nil && result.isSuccess ? state.streamMovers : []
+      return (callers, late, late == nil ? state.ledger.finishDial() : [], givenBack, movers)
     }
     for done in settled { done() }
     if case .failure(let error) = result {
       logger.warning(
         "could not open another session to \(addresses[target]) (\(error)); room feeds share the open ones"
       )
+    }
+    if let givenBack {
+      logger.notice("the board is full: giving one of our extra sessions back")
+      givenBack.retire(within: .seconds(2), reason: "given back: the board is full")
+    }
+    if let crowded {
+      for mover in movers { mover(crowded) }
     }
     if let late {
       // Dialled while the pool closed or moved: give its attach fid back too, then let

@@ -168,6 +168,7 @@ extension Session {
       }
       return min(msize, configuration.requestedMsize)
     case .rerror(let ename):
+      if NinePError.meansBoardFull(ename) { throw .boardFull(serverSaid: ename) }
       throw .versionNotSupported(serverSaid: ename)
     default:
       throw .protocolViolation("Tversion answered with \(reply.type)")

@@ -148,6 +148,27 @@ final class RoomFeedStateTests: XCTestCase {
     XCTAssertEqual(state.transcript.length, UInt64(lines(3).count))
   }
 
+  /// A feed on the primary moves once a stream session opens after a reconnect: its read
+  /// there is cancelled and its slot given back, it is placed again (still caught up), and a
+  /// line its cancelled read brought still counts. A feed elsewhere stays.
+  func testAFeedOnTheCrowdedSessionMovesAndKeepsWhatItsOldReadBrings() {
+    var state = RoomFeedState(room: "lobby", rawText: false)
+    let (generation, token) = reading(&state)
+    XCTAssertTrue(state.sent(RequestHandle(id: 1), token: token))
+    _ = state.parked(token: token, after: .milliseconds(150))
+    XCTAssertEqual(names(state.move(off: other)), [], "not on that session")
+    XCTAssertEqual(names(state.move(off: session)), ["cancel", "clunk", "release", "place"])
+    XCTAssertTrue(state.caughtUp, "moving loses nothing the board still keeps for us")
+    XCTAssertEqual(names(state.move(off: session)), [], "already placing")
+    // The cancelled read's reply was on its way with a line: it is kept.
+    let late = state.received(
+      lines(1), count: count, elapsed: .milliseconds(5), session, 1, token: token,
+      generation: generation)
+    XCTAssertTrue(names(late).contains("grew(\(lines(1).count))"), "\(names(late))")
+    XCTAssertEqual(
+      names(state.placed(other, generation: state.generation)), ["open(other)"])
+  }
+
   /// A read the server keeps unanswered past the parking wait: caught up, the waiters woken;
   /// once answered, the watch for it finds nothing to do.
   func testAParkedReadCatchesUp() {

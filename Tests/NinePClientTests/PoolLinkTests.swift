@@ -22,6 +22,38 @@ final class PoolLinkTests: XCTestCase {
       endpoints: (0..<endpoints).map { "t\($0)" }, policy: policy, now: start, jitter: jitter)
   }
 
+  /// On a board a club shares, every member's primary comes back before anyone's extra
+  /// sessions: they wait as long as another member's backoff can be after such an outage.
+  func testAfterAReconnectExtraSessionsWaitForTheOthersToComeBack() {
+    var link = makeLink(endpoints: 1, maximumBackoff: .seconds(30))
+    let a = FakeSession("a")
+    _ = link.started(a, on: 0)
+    XCTAssertTrue(link.mayDialExtraSessions(now: start), "a first mount dials at once")
+    _ = link.sessionLost(a, reason: "EOF", silentSince: nil, now: start)
+    // The board answers but is full: that is why we are still down, and it is said once.
+    let full = NinePError.boardFull(serverSaid: "board full: all 4 sessions in use")
+    XCTAssertEqual(
+      describe(link.redialFailed(on: 0, error: full)),
+      [#"notify down(reason: "board full (all 4 sessions in use)")"#, "redial 0 after 200 ms"])
+    XCTAssertEqual(link.state, .down(reason: "board full (all 4 sessions in use)"))
+    XCTAssertEqual(describe(link.redialFailed(on: 0, error: full)), ["redial 0 after 400 ms"])
+    let b = FakeSession("b")
+    let back = start + .seconds(10)
+    XCTAssertEqual(
+      describe(link.redialled(b, on: 0, now: back)),
+      [
+        "notify up", "wake 0 with b", "watch b",
+        "allow extra sessions after 13500 ms (generation 2)",
+      ])
+    XCTAssertFalse(link.mayDialExtraSessions(now: back + .seconds(13)))
+    XCTAssertTrue(link.mayDialExtraSessions(now: back + .milliseconds(13_500)))
+    // A long outage waits the longest backoff, not the outage.
+    _ = link.sessionLost(b, reason: "EOF", silentSince: nil, now: back)
+    _ = link.redialled(FakeSession("c"), on: 0, now: back + .seconds(300))
+    XCTAssertFalse(link.mayDialExtraSessions(now: back + .seconds(300 + 38)))
+    XCTAssertTrue(link.mayDialExtraSessions(now: back + .milliseconds(300_000 + 38_500)))
+  }
+
   func testLosingThePrimaryTriesTheOtherTransportsFirstThenAllInOrder() {
     var link = makeLink(endpoints: 3)
     let a = FakeSession("a")
@@ -42,8 +74,11 @@ final class PoolLinkTests: XCTestCase {
     XCTAssertEqual(describe(link.redialFailed(on: 0, error: refused)), ["redial 1 after 0 ms"])
     let b = FakeSession("b")
     XCTAssertEqual(
-      describe(link.redialled(b, on: 1)),
-      ["notify up", "wake 0 with b", "watch b", "retry preferred after 1000 ms"])
+      describe(link.redialled(b, on: 1, now: start + .milliseconds(400))),
+      [
+        "notify up", "wake 0 with b", "watch b",
+        "allow extra sessions after 1500 ms (generation 2)", "retry preferred after 1000 ms",
+      ])
     XCTAssertTrue(link.primary === b)
     XCTAssertEqual(link.endpoint, 1)
     XCTAssertEqual(link.reconnects, 1)
@@ -204,8 +239,13 @@ final class PoolLinkTests: XCTestCase {
     XCTAssertNotNil(link.waiterTimedOut(short))
     XCTAssertNil(link.waiterTimedOut(short))
     let b = FakeSession("b")
-    let back = link.redialled(b, on: 0)
-    XCTAssertEqual(describe(back), ["notify up", "wake 2 with b", "watch b"])
+    let back = link.redialled(b, on: 0, now: now)
+    XCTAssertEqual(
+      describe(back),
+      [
+        "notify up", "wake 2 with b", "watch b",
+        "allow extra sessions after 2250 ms (generation 2)",
+      ])
     handOver(back)
     XCTAssertEqual(names(outcomes), ["b", "b"])
     XCTAssertNil(link.waiterTimedOut(long), "woken already")
@@ -301,6 +341,8 @@ private func describe(_ actions: [PoolLink<FakeSession>.Action]) -> [String] {
     case .retire(let sessions, let reason, let grace, let awaited):
       "retire \(names(sessions)) within \(milliseconds(grace)) ms\(awaited ? " awaited" : ""): \(reason)"
     case .settleStreamDial(let grace): "settle stream dial within \(milliseconds(grace)) ms"
+    case .allowExtraSessions(let delay, let generation):
+      "allow extra sessions after \(milliseconds(delay)) ms (generation \(generation))"
     case .wake(let waiters, let session): "wake \(waiters.count) with \(session)"
     case .fail(let waiters, _): "fail \(waiters.count)"
     case .log: nil

@@ -257,6 +257,11 @@ final class RoomFeed: Sendable {
     run(state.withLock { $0.release() })
   }
 
+  /// Places the feed again if it reads on `crowded` (see ``RoomFeedState/move(off:)``).
+  func move(off crowded: Session) {
+    run(state.withLock { $0.move(off: crowded) })
+  }
+
   /// Stops for good (unmount): wakes every waiter so replies go out.
   func shutdown() {
     run(state.withLock { $0.shutdown() })

@@ -180,6 +180,26 @@ struct RoomFeedState {
     return actions
   }
 
+  /// A stream session opened after a reconnect's comeback window, while this run reads on
+  /// `crowded` (the primary, where it went meanwhile): it starts again, placed anew. Its read
+  /// there is flushed (a reply already on its way still counts, see ``received``) and the
+  /// board's read position for us is where the new run goes on, so nothing is lost.
+  mutating func move(off crowded: Session) -> [Action] {
+    guard users > 0, placedOn === crowded else { return [] }
+    switch phase {
+    case .reading, .pausing: break
+    case .stopped, .placing, .opening, .retrying: return []
+    }
+    let wasCaughtUp = caughtUp
+    var actions = stop()
+    caughtUp = wasCaughtUp
+    backoff = .zero
+    phase = .placing
+    actions.append(.log(.debug, "room feed \(room): moving to a stream session"))
+    actions.append(.place(generation: generation))
+    return actions
+  }
+
   // MARK: Placing and opening
 
   /// The provider placed the feed on `session` (a parking slot reserved there).

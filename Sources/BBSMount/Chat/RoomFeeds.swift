@@ -76,6 +76,11 @@ final class RoomFeeds: Sendable {
     }
   }
 
+  /// Places again the feeds that read on `crowded`: a stream session has room for them now.
+  func move(off crowded: Session) {
+    for feed in feeds.withLock({ Array($0.values) }) { feed.move(off: crowded) }
+  }
+
   /// Tells `observer` of every feed's lines from now on.
   func observe(with observer: any RoomFeedObserver) {
     self.observer.withLock { $0 = observer }
