@@ -171,6 +171,8 @@ public final class BBSFileSystem: FuseFileSystem, Sendable {
       case .sent(let room): events.record(.post(state: "sent", room: room, reason: "-"))
       case .failed(let room, let reason):
         events.record(.post(state: "failed", room: room, reason: reason))
+      case .refused(let room, let reason):
+        events.record(.post(state: "refused", room: room, reason: reason))
       }
     }
     pool.observe { [posts] state in

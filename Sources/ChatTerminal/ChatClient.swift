@@ -231,7 +231,10 @@ struct ChatLoop {
       if !model.users.contains(name) { model.users.append(name) }
     case .userLeft(let name):
       model.users.removeAll { $0 == name }
-    case .post:
+    case .post(let outcome, let room, let reason):
+      if outcome == "refused" {
+        model.note("the board refused your post to \(room): \(reason)", style: .error)
+      }
       if outboxFile { files.refreshOutbox() }
     case .mention, .backlogIncomplete, .other:
       break

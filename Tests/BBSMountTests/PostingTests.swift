@@ -202,6 +202,24 @@ final class PostingTests: XCTestCase {
     XCTAssertFalse(reader.text.contains("misrouted"), reader.text)
   }
 
+  /// A post the board refuses fails its write (the shell says "Invalid argument", all an
+  /// errno can say), and chat/events and the log say why in words: before, nothing did.
+  func testARefusedPostSaysWhy() throws {
+    let mnt = try mount("unix!" + fixture.serverSocket)
+    let events = try fixture.startBackground("exec tail -f -s 0.2 \(mnt)/chat/events")
+    XCTAssertTrue(waitUntil(timeout: 10) { events.text.contains("\tlink\tup") }, events.text)
+    let refused = try shell(
+      "/bin/bash -c \"printf 'bell \\\\007 here\\\\n' > \(mnt)/chat/tech\"", timeout: 20)
+    XCTAssertNotEqual(refused.status, 0, refused.output)
+    XCTAssertTrue(refused.output.contains("Invalid argument"), refused.output)
+    XCTAssertTrue(
+      waitUntil(timeout: 10) {
+        events.text.contains(
+          "\tpost\trefused\ttech\tit holds a control character, which the board does not take (the board said \"invalid argument\")"
+        )
+      }, "chat/events: \(events.text)")
+  }
+
   /// A board room named `outbox` is hidden by the mount's file (listed once, logged once);
   /// posts still reach it as `outbox:text`.
   func testABoardRoomNamedOutboxIsShadowed() throws {

@@ -7,12 +7,15 @@ import NinePProtocol
 ///
 /// `queued` when a post is stored in the outbox (the link is down, a post ahead of it waits,
 /// or the server did not answer within the patience); `sent` when a stored post reaches the
-/// server; `failed` when the server refuses a stored post (kept aside in `rejected/`). A post
-/// the server takes at once raises none of them.
+/// server; `failed` when the server refuses a stored post (kept aside in `rejected/`);
+/// `refused` when it refuses one as it is written. A post the server takes at once raises
+/// none of them.
 enum PostEvent: Sendable, Equatable {
   case queued(room: String, reason: String)
   case sent(room: String)
   case failed(room: String, reason: String)
+  /// The board refused a post as it was written (the writer's write failed); why, in words.
+  case refused(room: String, reason: String)
 }
 
 /// A post waiting in the outbox, as `chat/outbox` lists it.
@@ -231,6 +234,15 @@ final class PostChannel: @unchecked Sendable {
       again = kept.sendNext
     case .failure(let error):
       queue.remove(at: index)
+      if item.entry == nil {
+        // Refused as it was written: the writer gets the errno, the log and chat/events why.
+        let room = item.room
+        let why = PostRefusal.explain(error, payload: item.payload)
+        deferred.append { [self] in
+          logger.warning("the board refused a post to \(room): \(why)")
+          emit(.refused(room: room, reason: why))
+        }
+      }
       if let entry = item.entry {
         outbox?.reject(entry)
         let room = item.room
