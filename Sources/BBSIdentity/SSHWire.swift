@@ -36,7 +36,6 @@ struct SSHReader {
   init(_ bytes: [UInt8]) { self.bytes = bytes }
 
   var remaining: Int { bytes.count - position }
-  var isAtEnd: Bool { position == bytes.count }
 
   /// What was read wrong; the caller turns it into an ``IdentityError``.
   struct Truncated: Error {}

@@ -67,7 +67,6 @@ public final class BBSServer: Sendable {
 
   struct RunState {
     var listeners: [Listener] = []
-    var bound: [String] = []
     var connections: [Int: Connection] = [:]
     /// Connections holding one of `slots`.
     var slotted: Set<Int> = []
@@ -214,7 +213,6 @@ public final class BBSServer: Sendable {
     let bound = opened.map { $0.boundAddress.description }
     state.withLock {
       $0.listeners += opened
-      $0.bound += bound
       $0.running = true
     }
     startWatchdog()
@@ -227,9 +225,6 @@ public final class BBSServer: Sendable {
     }
     return bound
   }
-
-  /// The addresses the server listens on.
-  public var boundAddresses: [String] { state.withLock { $0.bound } }
 
   /// Number of connected sessions.
   public var sessionCount: Int { state.withLock { $0.connections.count } }

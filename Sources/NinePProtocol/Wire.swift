@@ -123,12 +123,6 @@ public struct WireReader: Sendable {
     return value
   }
 
-  public mutating func readBytes(_ count: Int, _ field: String) throws(ProtocolError) -> [UInt8] {
-    try need(count, field)
-    defer { position += count }
-    return Array(bytes[position..<(position + count)])
-  }
-
   /// Reads `count` bytes as a view into the frame, without copying them.
   public mutating func readSlice(_ count: Int, _ field: String) throws(ProtocolError)
     -> ArraySlice<UInt8>

@@ -205,9 +205,6 @@ final class SdBus {
     if rc < 0 && rc != -EINTR { throw BusError(errno: -rc, operation: "wait on the bus") }
   }
 
-  /// Whether replies are outstanding.
-  var hasPendingCalls: Bool { !completions.isEmpty }
-
   // MARK: Messages
 
   private func makeMessage(_ method: MethodCall) throws(BusError) -> OpaquePointer {

@@ -35,8 +35,6 @@ struct AuthTable {
 
   /// Authentications that may be in progress at once in one session (a board: 4).
   static let places = 4
-  /// Longest identity a board takes (its buffer holds 63 bytes and a NUL).
-  static let maxIdentity = 63
 
   var count: Int { entries.count }
 

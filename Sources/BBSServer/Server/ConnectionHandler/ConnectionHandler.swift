@@ -95,8 +95,6 @@ final class ConnectionHandler: Sendable {
   /// The negotiated msize (the server's maximum before Tversion).
   var msize: Int { state.withLock { $0.msize } }
 
-  /// Number of parked reads (for tests and status).
-  var parkedCount: Int { state.withLock { $0.parked.count } }
 
   /// Whether the session has a parked read, without taking the session's lock (which a
   /// wake-up holds while it sends to a client that may not be reading): for the watchdog.
