@@ -18,6 +18,9 @@ public struct ChatOptions: Sendable {
   /// Whether the author your first post comes back under is taken as your name too: when
   /// ``ownNames`` may not be what the board shows (an identity's nickname, no status).
   public var learnsName = false
+  /// What the board's stamps count, so lines show at the local time they were said; nil:
+  /// shown as the board sent them.
+  public var stamps: StampKind?
 
   public init(
     mountpoint: String, room: String?, ownNames: [String], link: LinkState?, outbox: Int?,
@@ -57,6 +60,7 @@ public enum ChatClient {
     guard isatty(STDIN_FILENO) == 1, isatty(STDOUT_FILENO) == 1 else { throw .notATerminal }
 
     var model = ChatModel(ownNames: options.ownNames)
+    if let stamps = options.stamps { model.readStamps(as: stamps) }
     model.knownRooms = rooms
     model.link = options.link
     model.outbox = files.outboxCount() ?? options.outbox

@@ -94,6 +94,13 @@ struct ChatCommand: ParsableCommand {
     // A board shows an identity by the nickname its sysop gave it, which the status does not
     // know: the author of your first post is you then.
     options.learnsName = self.names.isEmpty && (report == nil || report?.identity != nil)
+    // A 9BBS device stamps its uptime; 9bbsd's own profile the UTC time of day.
+    options.stamps =
+      switch report?.profile {
+      case "device", "gen1": .uptime
+      case "multiplex": .utc
+      default: nil
+      }
     let outcome: ChatOutcome
     do {
       outcome = try ChatClient.run(options)

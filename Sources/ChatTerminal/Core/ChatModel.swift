@@ -39,6 +39,8 @@ public struct ChatModel: Sendable {
   /// Words the mount counts as mentions besides your names (`-o highlight=`), from the line
   /// `chat/mentions` starts with: lines with them are marked as the mount counts them.
   public var highlightWords: [String] = []
+  /// How the board's stamps become local times; nil: shown as the board sent them.
+  var stampClock: StampClock?
   // Set by the key handling too (ChatKeys.swift).
   public internal(set) var rooms: [JoinedRoom] = []
   public internal(set) var current = 0
@@ -66,6 +68,11 @@ public struct ChatModel: Sendable {
   public var alert: String?
 
   public init(ownNames: [String]) { self.ownNames = ownNames.filter { !$0.isEmpty } }
+
+  /// Shows lines at the local time they were said, reading the board's stamps as `kind`.
+  public mutating func readStamps(as kind: StampKind) {
+    stampClock = StampClock(kind: kind)
+  }
 
   public var currentRoom: JoinedRoom? { rooms.indices.contains(current) ? rooms[current] : nil }
 
@@ -124,13 +131,24 @@ public struct ChatModel: Sendable {
       }
     }
     var markerFromEnd: Int?
+    var dates: [Date?] = []
+    if var clock = stampClock {
+      dates = clock.history(parsed.map(\.stampSeconds), at: now)
+      stampClock = clock
+    }
     for (number, line) in parsed.enumerated() {
       if let seconds = line.stampSeconds {
         if let earlier = previous, seconds < earlier { day += 1 }
         previous = seconds
       }
       if number == firstUnread { markerFromEnd = rooms[index].scrollback.lines.count }
-      add(line, to: index, day: day)
+      if number < dates.count, let date = dates[number] {
+        var shown = line
+        shown.stamp = StampClock.localText(date)
+        add(shown, to: index, day: Self.dayNumber(date))
+      } else {
+        add(line, to: index, day: day)
+      }
       if let start = markerFromEnd, number == parsed.count - 1 {
         markerFromEnd = rooms[index].scrollback.lines.count - start
       }
@@ -143,14 +161,20 @@ public struct ChatModel: Sendable {
   @discardableResult
   public mutating func receive(_ room: String, line: String, now: Date) -> Bool {
     guard let index = rooms.firstIndex(where: { $0.name == room }) else { return false }
-    let parsed = RoomLine(parsing: line[...])
+    var parsed = RoomLine(parsing: line[...])
     let mention = isMention(parsed)
+    var said = now
+    if var clock = stampClock, let seconds = parsed.stampSeconds {
+      said = clock.live(stamp: seconds, at: now)
+      stampClock = clock
+      parsed.stamp = StampClock.localText(said)
+    }
     if index != current {
       if rooms[index].unread == 0 { rooms[index].scrollback.markFromHere() }
       rooms[index].unread += 1
       if mention { rooms[index].mentions += 1 }
     }
-    add(parsed, to: index, day: Self.dayNumber(now))
+    add(parsed, to: index, day: Self.dayNumber(said))
     return mention
   }
 
