@@ -180,8 +180,9 @@ struct ChatLoop {
       model.highlightWords = words.filter { !model.isOwn($0) }
     case .event(let event):
       apply(event)
-    case .posted(let room, let error):
+    case .posted(let room, let text, let error):
       if let error {
+        model.notSent(text, in: room)
         if let gone = files.mountAlive() { return .mountGone(gone) }
         model.note("post to \(room) failed: \(error)", style: .error)
       }

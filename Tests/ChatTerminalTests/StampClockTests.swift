@@ -93,3 +93,36 @@ final class StampClockTests: XCTestCase {
     XCTAssertEqual(screen(model).last, "00:00:29 bob: raw")
   }
 }
+
+/// Your own line shows at once, marked as on its way, and becomes the board's line when the
+/// board echoes it (as Meshtastic and Bitchat clients do); a failed post takes it away.
+final class PendingLineTests: XCTestCase {
+  private let now = Date(timeIntervalSince1970: 1_795_000_000)
+
+  private func screen(_ model: ChatModel) -> [String] {
+    model.currentRoom?.scrollback.visibleRows(height: 50, width: 60).map(\.plainText) ?? []
+  }
+
+  func testOwnLineIsPendingUntilTheBoardEchoesIt() {
+    var model = ChatModel(ownNames: ["alice"])
+    model.paneWidth = 60
+    model.knownRooms = ["lobby"]
+    model.join("lobby")
+    for character in "hello board" { _ = model.handle(.character(character)) }
+    XCTAssertEqual(model.handle(.enter), [.post(room: "lobby", text: "hello board")])
+    XCTAssertEqual(screen(model).last, "sending… alice: hello board")
+    for character in "second" { _ = model.handle(.character(character)) }
+    _ = model.handle(.enter)
+    XCTAssertEqual(
+      Array(screen(model).suffix(2)), ["sending… alice: hello board", "sending… alice: second"])
+    // Another user's line goes above what is on its way.
+    model.receive("lobby", line: "[12:00:00] bob: meanwhile", now: now)
+    model.receive("lobby", line: "[12:00:01] alice: hello board", now: now)
+    XCTAssertEqual(
+      Array(screen(model).suffix(3)),
+      ["12:00:00 bob: meanwhile", "12:00:01 alice: hello board", "sending… alice: second"])
+    model.notSent("second", in: "lobby")
+    XCTAssertEqual(screen(model).last, "12:00:01 alice: hello board")
+    XCTAssertEqual(model.currentRoom?.sending, [])
+  }
+}

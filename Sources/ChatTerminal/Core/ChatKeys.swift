@@ -160,6 +160,7 @@ extension ChatModel {
   private mutating func post(_ text: String) -> [Effect] {
     guard let room = currentRoom else { return [] }
     rooms[current].scrollback.scrollToBottom()
+    sending(text)
     return [.post(room: room.name, text: text)]
   }
 

@@ -26,6 +26,8 @@ public struct JoinedRoom: Sendable {
   var lastDay: Int?
   /// Whether its history (what the room file held at open) has been shown.
   public var historyShown = false
+  /// Your lines posted here that the board has not echoed yet, oldest first.
+  public internal(set) var sending: [String] = []
 
   init(name: String) { self.name = name }
 }
@@ -169,6 +171,7 @@ public struct ChatModel: Sendable {
       stampClock = clock
       parsed.stamp = StampClock.localText(said)
     }
+    delivered(parsed, in: index)
     if index != current {
       if rooms[index].unread == 0 { rooms[index].scrollback.markFromHere() }
       rooms[index].unread += 1
@@ -176,6 +179,51 @@ public struct ChatModel: Sendable {
     }
     add(parsed, to: index, day: Self.dayNumber(said))
     return mention
+  }
+
+  // MARK: Your own lines
+
+  /// How a line of yours on its way is stamped (where a time goes).
+  static let sendingStamp = "sending…"
+
+  /// `text` is being posted to the current room: shown at once, marked as on its way.
+  mutating func sending(_ text: String) {
+    guard rooms.indices.contains(current) else { return }
+    rooms[current].sending.append(text)
+    drawPending(current)
+  }
+
+  /// The post of `text` to `room` failed (the failure is noted): it is no longer on its way.
+  public mutating func notSent(_ text: String, in room: String) {
+    guard let index = rooms.firstIndex(where: { $0.name == room }),
+      let position = rooms[index].sending.firstIndex(of: text)
+    else { return }
+    rooms[index].sending.remove(at: position)
+    drawPending(index)
+  }
+
+  /// The board echoed `line`: if it is one of yours on its way, it is delivered (a board
+  /// cuts a long line, so a cut one counts too).
+  private mutating func delivered(_ line: RoomLine, in index: Int) {
+    guard isOwn(line.author), !line.text.isEmpty else { return }
+    let sending = rooms[index].sending
+    guard
+      let position = sending.firstIndex(of: line.text)
+        ?? sending.firstIndex(where: { $0.hasPrefix(line.text) })
+    else { return }
+    rooms[index].sending.remove(at: position)
+    drawPending(index)
+  }
+
+  private mutating func drawPending(_ index: Int) {
+    let name = ownNames.first ?? "you"
+    rooms[index].scrollback.pending = rooms[index].sending.map { text in
+      var line = render(RoomLine(stamp: Self.sendingStamp, author: name, text: text))
+      for position in line.spans.indices where line.spans[position].style != .ownName {
+        line.spans[position].style = .notice
+      }
+      return line
+    }
   }
 
   /// A line of `chat/mentions`: counted for a room not joined (a joined room counts its own).

@@ -10,6 +10,8 @@ public struct Scrollback: Sendable {
   public let capacity: Int
   /// Lines that came while the view was scrolled back (reset once it follows again).
   public private(set) var arrivedWhileBack = 0
+  /// Your own lines on their way to the board, drawn below the others until it echoes them.
+  public var pending: [StyledLine] = []
 
   public init(capacity: Int = 5000) { self.capacity = capacity }
 
@@ -45,10 +47,10 @@ public struct Scrollback: Sendable {
 
   /// The lines with the marker in place.
   private func logicalLines() -> [StyledLine] {
-    guard let position = markerPosition, position < lines.count else { return lines }
+    guard let position = markerPosition, position < lines.count else { return lines + pending }
     var result = lines
     result.insert(Self.marker, at: position)
-    return result
+    return result + pending
   }
 
   /// Up to `count` rows, counted from the bottom, top to bottom.

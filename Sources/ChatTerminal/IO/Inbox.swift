@@ -13,7 +13,7 @@ enum Incoming: Sendable {
   /// What `chat/mentions` looks for (your names, and `-o highlight=` words).
   case mentionWords([String])
   case event(ChatEvent)
-  case posted(room: String, error: String?)
+  case posted(room: String, text: String, error: String?)
   case rooms(names: [String], unread: [String: Int])
   case users([String])
   case outbox(Int)

@@ -193,7 +193,7 @@ final class MountFiles: Sendable {
     posts.async { [inbox] in
       let fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC)
       guard fd >= 0 else {
-        inbox.post(.posted(room: room, error: String(cString: strerror(errno))))
+        inbox.post(.posted(room: room, text: text, error: String(cString: strerror(errno))))
         return
       }
       let bytes = Array((text + "\n").utf8)
@@ -209,7 +209,7 @@ final class MountFiles: Sendable {
         written += count
       }
       if close(fd) != 0 && failure == nil { failure = String(cString: strerror(errno)) }
-      inbox.post(.posted(room: room, error: failure))
+      inbox.post(.posted(room: room, text: text, error: failure))
     }
   }
 
