@@ -60,12 +60,20 @@ public struct StatusReport: Codable, Sendable {
 }
 
 extension BBSFileSystem {
+  /// What `status` and `chat/events` say while the link is stalled.
+  static let stalledReason = "no answer for \(Int(Pool.stallAfter.timeInterval)) s"
+
   /// A snapshot of the mount's state.
   public func statusReport(mountpoint: String) -> StatusReport {
     let state = pool.linkState
+    var since = pool.linkStateSince
     let linkText: String
     var reason: String?
     switch state {
+    case .up where pool.isStalled:
+      linkText = "stalled"
+      reason = Self.stalledReason
+      since = pool.stalledSince
     case .up: linkText = "up"
     case .down(let why):
       linkText = "down"
@@ -96,7 +104,7 @@ extension BBSFileSystem {
       identity: pool.configuration.authentication?.identity,
       auth: pool.configuration.authentication?.policy.rawValue, pid: getpid(),
       link: StatusReport.Link(
-        state: linkText, since: pool.linkStateSince, reason: reason,
+        state: linkText, since: since, reason: reason,
         reconnects: pool.reconnectCount, transport: pool.address.description,
         transports: pool.addresses.map(\.description), switches: pool.switchCount),
       sessions: sessions, outbox: outboxCount, rooms: rooms)

@@ -84,6 +84,7 @@ struct ChatCommand: ParsableCommand {
     let link: LinkState? =
       switch report?.link.state {
       case "up": .up
+      case "stalled": .stalled
       case "down": .down
       default: nil
       }

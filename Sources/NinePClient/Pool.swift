@@ -172,6 +172,37 @@ public final class Pool: Sendable {
     state.withLock { $0.streamMovers.append(mover) }
   }
 
+  /// Whether a request on the primary has gone unanswered longer than ``stallAfter`` while
+  /// the link is up: the server or the radio has stopped, and the link may soon go down.
+  public var isStalled: Bool {
+    state.withLock { $0.stalled && $0.link.state == .up }
+  }
+
+  /// When the link last stalled (meaningful while ``isStalled``).
+  public var stalledSince: Date {
+    state.withLock { $0.stalledAt }
+  }
+
+  /// Calls `observer` with true when the link stalls and false when it answers again (on the
+  /// keepalive thread).
+  public func observeStall(_ observer: @escaping @Sendable (_ stalled: Bool) -> Void) {
+    state.withLock { $0.stallObservers.append(observer) }
+  }
+
+  /// How long a request waits before the link counts as stalled.
+  public static let stallAfter: Duration = .seconds(2)
+
+  /// Records whether the primary is stalled now; observers hear of a change.
+  func noteStall(_ stalled: Bool) {
+    let observers = state.withLock { state -> [@Sendable (Bool) -> Void] in
+      guard state.stalled != stalled else { return [] }
+      state.stalled = stalled
+      if stalled { state.stalledAt = Date() }
+      return state.stallObservers
+    }
+    for observer in observers { observer(stalled) }
+  }
+
   /// Calls `observer` on every link state change (on the thread that caused it).
   public func observe(_ observer: @escaping @Sendable (LinkState) -> Void) {
     state.withLock { $0.observers.append(observer) }
@@ -322,6 +353,11 @@ struct PoolState<Connection: AnyObject & Sendable> {
   var link: PoolLink<Connection>
   var ledger = StreamLedger<Connection>()
   var observers: [@Sendable (LinkState) -> Void] = []
+  /// A request on the primary has waited longer than ``Pool/stallAfter`` (the link is up).
+  var stalled = false
+  /// When it last stalled.
+  var stalledAt = Date()
+  var stallObservers: [@Sendable (Bool) -> Void] = []
   /// Told when streams placed on a session (the primary) may move to a new stream session.
   var streamMovers: [@Sendable (Connection) -> Void] = []
   var keepaliveStarted = false

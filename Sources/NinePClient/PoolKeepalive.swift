@@ -28,8 +28,9 @@ struct KeepaliveWatch<Connection: AnyObject> {
     deadAfter = interval * max(2, misses)
   }
 
-  /// How often to look: often enough that "two periods" means two periods, not three.
-  var tick: Duration { max(interval / 8, .milliseconds(20)) }
+  /// How often to look: often enough that "two periods" means two periods, not three, and
+  /// that a stall (``Pool/stallAfter``) is seen within half a second.
+  var tick: Duration { min(max(interval / 8, .milliseconds(20)), .milliseconds(500)) }
 
   /// One look at `session` (nil while the link is down), last heard `silence` ago.
   mutating func check(_ session: Connection?, silence: Duration) -> Verdict {
@@ -78,6 +79,8 @@ extension Pool {
         let current = self.current
         let silence = current.map { $0.lastReceived.duration(to: .now) } ?? .zero
         let verdict = watch.check(current, silence: silence)
+        let overdue = current?.waitingSince.map { $0.duration(to: .now) >= Self.stallAfter }
+        self.noteStall(overdue ?? false)
         guard let session = current else { continue }
         switch verdict {
         case .wait:

@@ -314,6 +314,14 @@ public final class Session: @unchecked Sendable {
     return state.silentSince
   }
 
+  /// When the oldest request on the wire that should be answered soon (not a parked read) was
+  /// sent; nil when none waits. A link is stalled while this is long ago.
+  public var waitingSince: ContinuousClock.Instant? {
+    condition.lock()
+    defer { condition.unlock() }
+    return state.table.oldestWaitingSentAt
+  }
+
   /// When the server last sent anything on this session (a reply, an error, an Rflush).
   public var lastReceived: ContinuousClock.Instant {
     condition.lock()

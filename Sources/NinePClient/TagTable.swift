@@ -122,6 +122,16 @@ struct TagTable<Callback> {
   var inFlightCount: Int { inFlight.count }
   /// Reads that may park holding a parked-read slot.
   var parkedReads: Int { discipline.parkedReads }
+  /// When the oldest request on the wire that should be answered soon was sent: not a read
+  /// that may park, not one already answered, not a Tflush. Nil: none waits.
+  var oldestWaitingSentAt: ContinuousClock.Instant? {
+    inFlight.values.compactMap { id -> ContinuousClock.Instant? in
+      guard let request = requests[id], !request.traits.mayPark, !request.answered,
+        request.callback != nil
+      else { return nil }
+      return request.sentAt
+    }.min()
+  }
   /// Reads in the queue that may park (they wait for a parked-read slot, or will).
   var queuedStreams: Int {
     queue.reduce(0) { $0 + (requests[$1]?.traits.mayPark == true ? 1 : 0) }

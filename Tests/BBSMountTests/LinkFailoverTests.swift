@@ -68,6 +68,35 @@ final class LinkFailoverTests: XCTestCase {
 
   // MARK: - A frozen server
 
+  /// A stalled link is said before it goes down: with `keepalive=30` a frozen server leaves
+  /// the link up for a minute (before, `status` and `chat/events` said `up` all along), but a
+  /// request unanswered for 2 s makes them say `stalled`; once the server answers, `up`.
+  func testAStalledLinkIsSaidWithinAboutTwoSeconds() throws {
+    let socket = directory + "/9bbs.sock"
+    let server = try startServer(listening: ["unix!" + socket])
+    let mnt = try mount("unix!" + socket, options: ["keepalive=30"])
+    let events = try fixture.startBackground("exec tail -f -s 0.2 \(mnt)/chat/events")
+    XCTAssertTrue(waitUntil(timeout: 10) { events.text.contains("\tlink\tup") }, events.text)
+    server.signal(SIGSTOP)
+    let frozen = Date()
+    // Any open asks the server (close-to-open): a request that waits.
+    _ = try fixture.startBackground("cat \(mnt)/etc/motd > /dev/null")
+    XCTAssertTrue(
+      waitUntil(timeout: 10, interval: 0.1) { self.link(mnt)?["state"] as? String == "stalled" },
+      "status: \(String(describing: self.link(mnt)))")
+    XCTAssertLessThan(Date().timeIntervalSince(frozen), 5)
+    XCTAssertEqual(self.link(mnt)?["reason"] as? String, "no answer for 2 s")
+    XCTAssertTrue(
+      waitUntil(timeout: 5) { events.text.contains("\tlink\tstalled\tno answer for 2 s") },
+      events.text)
+    server.signal(SIGCONT)
+    XCTAssertTrue(
+      waitUntil(timeout: 10, interval: 0.1) { self.link(mnt)?["state"] as? String == "up" })
+    XCTAssertTrue(
+      waitUntil(timeout: 5) { events.text.components(separatedBy: "\tlink\tup").count == 3 },
+      events.text)
+  }
+
   /// `keepalive=1,timeout=5` and the server stopped with SIGSTOP: status says "down" within
   /// two keepalive periods; `ls` and `stat` of what the mount has seen answer at once; a post
   /// made while frozen is kept in the outbox (write succeeds) and arrives once the server

@@ -107,6 +107,8 @@ final class Awareness: RoomFeedObserver, Sendable {
     StreamFanOut(name: "events", sessions: pool, logger: logger) { [weak pool] in
       let event: AwarenessEvent =
         switch pool?.linkState ?? .closed {
+        case .up where pool?.isStalled == true:
+          .link(state: "stalled", reason: BBSFileSystem.stalledReason)
         case .up: .link(state: "up", reason: "-")
         case .down(let reason): .link(state: "down", reason: reason)
         case .closed: .link(state: "closed", reason: "-")
@@ -146,6 +148,14 @@ final class Awareness: RoomFeedObserver, Sendable {
 
   /// `link` events as the pool's link goes down, reconnects and comes back.
   private static func recordLinkChanges(of pool: Pool, to events: EventLog) {
+    // Stalled, then answering again (a link that goes down says so itself).
+    pool.observeStall { [weak pool] stalled in
+      guard pool?.linkState == .up else { return }
+      events.record(
+        stalled
+          ? .link(state: "stalled", reason: BBSFileSystem.stalledReason)
+          : .link(state: "up", reason: "-"))
+    }
     let reconnects = pool.policy.enabled
     pool.observe { state in
       switch state {

@@ -119,7 +119,8 @@ public enum MountFormats {
 
 /// The link's state as `chat/events` reports it.
 public enum LinkState: String, Sendable, Equatable {
-  case up, down, reconnecting
+  /// `stalled`: the link is up but a request has gone unanswered for 2 s.
+  case up, stalled, down, reconnecting
 }
 
 /// One line of `chat/events`.
