@@ -85,6 +85,9 @@ public final class BBSFileSystem: FuseFileSystem, Sendable {
       for (_, room) in handles.all(RoomHandle.self) where room.feed === feed { room.notifyPoll() }
     }
     pool.observeStreamRoom { [weak feeds] crowded in feeds?.move(off: crowded) }
+    pool.observeStall { [listings] stalled in
+      if stalled { listings.answerWaitersFromWhatWasSeen() }
+    }
     nodes = NodeAttributes(
       options: options, classifier: classifier, feeds: feeds, started: Date())
     tree = MountTree(
@@ -110,7 +113,8 @@ public final class BBSFileSystem: FuseFileSystem, Sendable {
     ListingCache(
       lifetime: options.listingLifetime,
       keptDirectories: pool.configuration.profile == .device ? 4 : 16, sessions: sessions,
-      linkIsUp: { [pool] in pool.linkState == .up }, logger: logger)
+      // Stalled counts as down here: what the mount last saw answers, as it does once down.
+      linkIsUp: { [pool] in pool.linkState == .up && !pool.isStalled }, logger: logger)
   }
 
   /// Board messages; a message sent drops its room's listing and the kernel's entry for it.

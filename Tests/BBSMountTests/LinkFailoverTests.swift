@@ -69,18 +69,25 @@ final class LinkFailoverTests: XCTestCase {
   // MARK: - A frozen server
 
   /// A stalled link is said before it goes down: with `keepalive=30` a frozen server leaves
-  /// the link up for a minute (before, `status` and `chat/events` said `up` all along), but a
-  /// request unanswered for 2 s makes them say `stalled`; once the server answers, `up`.
+  /// the link up for a minute (before, `status` and `chat/events` said `up` all along, and
+  /// `ls` waited that long), but a request unanswered for 2 s makes them say `stalled` and
+  /// listings seen before answer from the mount; once the server answers, `up`.
   func testAStalledLinkIsSaidWithinAboutTwoSeconds() throws {
     let socket = directory + "/9bbs.sock"
     let server = try startServer(listening: ["unix!" + socket])
     let mnt = try mount("unix!" + socket, options: ["keepalive=30"])
     let events = try fixture.startBackground("exec tail -f -s 0.2 \(mnt)/chat/events")
     XCTAssertTrue(waitUntil(timeout: 10) { events.text.contains("\tlink\tup") }, events.text)
+    XCTAssertTrue(try sh("ls \(mnt)/etc").contains("motd"))
     server.signal(SIGSTOP)
     let frozen = Date()
     // Any open asks the server (close-to-open): a request that waits.
     _ = try fixture.startBackground("cat \(mnt)/etc/motd > /dev/null")
+    // A listing seen before answers once the link is stalled, not when it is down (a minute).
+    let listing = try fixture.startBackground("ls \(mnt)/etc; echo status=$?")
+    XCTAssertTrue(
+      waitUntil(timeout: 5) { listing.text.contains("status=0") }, "ls: \(listing.text)")
+    XCTAssertTrue(listing.text.contains("motd"), listing.text)
     XCTAssertTrue(
       waitUntil(timeout: 10, interval: 0.1) { self.link(mnt)?["state"] as? String == "stalled" },
       "status: \(String(describing: self.link(mnt)))")
@@ -89,6 +96,9 @@ final class LinkFailoverTests: XCTestCase {
     XCTAssertTrue(
       waitUntil(timeout: 5) { events.text.contains("\tlink\tstalled\tno answer for 2 s") },
       events.text)
+    let again = Date()
+    XCTAssertTrue(try sh("ls \(mnt)/etc", timeout: 10).contains("motd"))
+    XCTAssertLessThan(Date().timeIntervalSince(again), 1, "ls while stalled waited")
     server.signal(SIGCONT)
     XCTAssertTrue(
       waitUntil(timeout: 10, interval: 0.1) { self.link(mnt)?["state"] as? String == "up" })

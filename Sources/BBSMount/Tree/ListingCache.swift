@@ -158,6 +158,22 @@ final class ListingCache: Sendable {
     }
   }
 
+  /// The link stalled: whoever waits for a listing the mount has seen gets what it last saw
+  /// (`ls` of a frozen board answers after the stall's 2 s, not the keepalive's 30). The
+  /// fetch goes on and updates the cache when the board answers.
+  func answerWaitersFromWhatWasSeen() {
+    let answers = state.withLock { s -> [(Waiter, Listing)] in
+      var answers: [(Waiter, Listing)] = []
+      for (path, waiting) in s.fetching where !waiting.isEmpty {
+        guard let seen = s.entries[path] else { continue }
+        answers += waiting.map { ($0, seen.listing) }
+        s.fetching[path] = []
+      }
+      return answers
+    }
+    for (waiter, listing) in answers { waiter.callback(.success(listing)) }
+  }
+
   /// The last listing of `path` the mount saw, however old (nil if none is kept).
   func lastSeen(_ path: [String]) -> Listing? {
     state.withLock { s in
