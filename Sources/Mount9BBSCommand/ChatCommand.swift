@@ -29,7 +29,8 @@ struct ChatCommand: ParsableCommand {
 
       Rooms you have not joined are counted from the mount's files: chat/unread at start and \
       on /rooms, then one per line said there (chat/events) and per mention (chat/mentions, \
-      @N), so only rooms the mount watches (-o watch=; none by default on a board). Your own \
+      @N), so only rooms the mount watches (-o watch=; on a board by default the 3 rooms you \
+      read last). Your own \
       lines are never unread, and the marker at open counts back over others' lines only. \
       The outbox count is chat/outbox, read after each post and each post event; the link \
       comes from chat/events.

@@ -43,8 +43,9 @@ struct MountCommand: ParsableCommand {
         ServerAliveCountMax=N unanswered probes before the link is dead (2)
         outbox=on|off         keep posts made offline and send them later (on)
         history=on|off        keep rooms' lines on disk for the next mount (on)
-        watch=all|none|ROOM[:ROOM...]   rooms read in the background for chat/unread, \
-      chat/mentions and chat/events (all on a multiplex server, none on a 9BBS board)
+        watch=all|mine|none|ROOM[:ROOM...]   rooms read in the background for \
+      chat/unread, chat/mentions and chat/events (all on a multiplex server; mine on a 9BBS \
+      board: the 3 rooms you read last)
         watch-interval=SECONDS   how often the room list and chat/users are read again \
       for rooms and users coming and going (10; 60 on a device board; 1-3600)
         highlight=WORD[:WORD...]   more words that make a line a mention (whole words, any \

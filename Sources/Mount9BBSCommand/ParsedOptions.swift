@@ -289,10 +289,12 @@ struct ParsedOptions {
       switch text {
       case "all": awareness.watch = .all
       case "none": awareness.watch = AwarenessOptions.Watch.none
+      case "mine": awareness.watch = .mine
       default:
         let rooms = text.split(separator: ":").map(String.init)
         guard !rooms.contains(where: { $0.contains("/") }) else {
-          throw Invalid(description: "option watch=\(text): expected all, none or ROOM[:ROOM…]")
+          throw Invalid(
+            description: "option watch=\(text): expected all, mine, none or ROOM[:ROOM…]")
         }
         awareness.watch = .rooms(Set(rooms))
       }

@@ -111,7 +111,7 @@ public final class Pool: Sendable {
   public func close(tidyingWithin tidy: Duration? = nil) {
     run(
       state.withLock { state in
-        let streamWaiters = state.ledger.takeWaiters()
+        let streamWaiters = state.ledger.takeWaiters().map(\.waiter)
         return state.link.close(tidyingWithin: tidy, failing: streamWaiters)
       })
   }

@@ -7,6 +7,9 @@ public enum Placement: Sendable {
   case ordinary
   /// A read that may park at the server for a long time (a chat room feed).
   case stream
+  /// A stream nobody reads yet (a watched room): it takes a free slot on the primary before a
+  /// new session is dialled for it, so watching a few rooms takes no shared board's session.
+  case quietStream
 }
 
 /// Where a new stream goes, given how loaded the open sessions are: the rule alone.
@@ -30,14 +33,19 @@ struct StreamPlacement: Equatable {
     case dial
   }
 
+  /// A `quiet` stream (nobody reads it yet: a watched room) takes the primary's free slot
+  /// before a new session, so watching a few rooms never takes a shared board's sessions.
+  ///
   /// - Parameters:
   ///   - mayDial: false once a stream has waited ``Pool/dialPatience`` for a new session.
   ///   - extraSessionsRefused: the server left a second session unanswered this link.
-  func choose(primaryLoad: Int, streamLoads: [Int], mayDial: Bool, extraSessionsRefused: Bool)
-    -> Choice
-  {
+  func choose(
+    primaryLoad: Int, streamLoads: [Int], mayDial: Bool, extraSessionsRefused: Bool,
+    quiet: Bool = false
+  ) -> Choice {
     let least = streamLoads.indices.min { streamLoads[$0] < streamLoads[$1] }
     if let least, streamLoads[least] < slots { return .stream(least) }
+    if quiet && primaryLoad < slots { return .primary }
     if mayDial && !extraSessionsRefused && streamLoads.count + 1 < maxSessions { return .dial }
     if primaryLoad < slots { return .primary }
     return least.map { .stream($0) } ?? .primary
@@ -53,9 +61,10 @@ struct StreamPlacement: Equatable {
 struct StreamLedger<Connection: AnyObject & Sendable> {
   typealias Waiter = PoolLink<Connection>.Waiter
 
-  private var reserved: [ObjectIdentifier: (session: Connection, count: Int)] = [:]
-  /// Streams waiting for the stream session being dialled, by id.
-  private(set) var waiters: [UInt64: Waiter] = [:]
+  /// Per session: the streams reserved there, and how many of them are quiet.
+  private var reserved: [ObjectIdentifier: (session: Connection, count: Int, quiet: Int)] = [:]
+  /// Streams waiting for the stream session being dialled, by id, and whether each is quiet.
+  private(set) var waiters: [UInt64: (waiter: Waiter, quiet: Bool)] = [:]
   private var nextWaiterID: UInt64 = 1
   /// A stream session is being dialled.
   private(set) var dialing = false
@@ -67,6 +76,11 @@ struct StreamLedger<Connection: AnyObject & Sendable> {
     reserved[ObjectIdentifier(session)]?.count ?? 0
   }
 
+  /// Of those, the streams someone reads (not quiet).
+  func readStreams(on session: Connection) -> Int {
+    reserved[ObjectIdentifier(session)].map { $0.count - $0.quiet } ?? 0
+  }
+
   /// What a stream on `session` weighs in placement: its reservations, or its parked and
   /// queued stream reads if more (a read the owner has not given back yet, or a feed moved
   /// here by a session's rotation).
@@ -74,15 +88,18 @@ struct StreamLedger<Connection: AnyObject & Sendable> {
     max(reservations(on: session), parked)
   }
 
-  mutating func reserve(_ session: Connection) {
-    reserved[ObjectIdentifier(session), default: (session, 0)].count += 1
+  mutating func reserve(_ session: Connection, quiet: Bool = false) {
+    reserved[ObjectIdentifier(session), default: (session, 0, 0)].count += 1
+    if quiet { reserved[ObjectIdentifier(session)]?.quiet += 1 }
   }
 
-  /// A stream placed on `session` stopped (or moved after a failure).
-  mutating func release(_ session: Connection) {
+  /// A stream placed on `session` (`quiet` as it was placed) stopped, or moved.
+  mutating func release(_ session: Connection, quiet: Bool = false) {
     let key = ObjectIdentifier(session)
-    guard let entry = reserved[key] else { return }
-    reserved[key] = entry.count > 1 ? (session, entry.count - 1) : nil
+    guard var entry = reserved[key] else { return }
+    entry.count -= 1
+    if quiet { entry.quiet = max(0, entry.quiet - 1) }
+    reserved[key] = entry.count > 0 ? entry : nil
   }
 
   /// Forgets the reservations on sessions the pool no longer holds.
@@ -91,18 +108,18 @@ struct StreamLedger<Connection: AnyObject & Sendable> {
     reserved = reserved.filter { kept.contains($0.key) }
   }
 
-  mutating func wait(_ waiter: @escaping Waiter) -> UInt64 {
+  mutating func wait(_ waiter: @escaping Waiter, quiet: Bool = false) -> UInt64 {
     let id = nextWaiterID
     nextWaiterID += 1
-    waiters[id] = waiter
+    waiters[id] = (waiter, quiet)
     return id
   }
 
-  mutating func removeWaiter(_ id: UInt64) -> Waiter? {
+  mutating func removeWaiter(_ id: UInt64) -> (waiter: Waiter, quiet: Bool)? {
     waiters.removeValue(forKey: id)
   }
 
-  mutating func takeWaiters() -> [Waiter] {
+  mutating func takeWaiters() -> [(waiter: Waiter, quiet: Bool)] {
     defer { waiters.removeAll() }
     return Array(waiters.values)
   }
@@ -155,7 +172,8 @@ extension PoolState {
   /// new session; without, it takes a place on an open one (nil: the link is down).
   mutating func placeStream(
     by rule: StreamPlacement, measured: [ObjectIdentifier: SessionLoad],
-    waiter: PoolLink<Connection>.Waiter?, now: ContinuousClock.Instant = .now
+    waiter: PoolLink<Connection>.Waiter?, quiet: Bool = false,
+    now: ContinuousClock.Instant = .now
   ) -> StreamPlacing {
     guard let primary = link.primary else { return .linkDown }
     link.dropStreams { measured[ObjectIdentifier($0)]?.closed == true }
@@ -166,17 +184,17 @@ extension PoolState {
     let choice = rule.choose(
       primaryLoad: load(primary), streamLoads: link.streams.map(load),
       mayDial: waiter != nil && link.mayDialExtraSessions(now: now),
-      extraSessionsRefused: link.extraSessionsRefused)
+      extraSessionsRefused: link.extraSessionsRefused, quiet: quiet)
     let chosen: Connection
     switch choice {
     case .stream(let index): chosen = link.streams[index]
     case .primary: chosen = primary
     case .dial:
       guard let waiter else { preconditionFailure("placement dialled without a waiter") }
-      let id = ledger.wait(waiter)
+      let id = ledger.wait(waiter, quiet: quiet)
       return .waiting(id: id, dial: ledger.startDial())
     }
-    ledger.reserve(chosen)
+    ledger.reserve(chosen, quiet: quiet)
     return .placed(chosen)
   }
 }
@@ -209,10 +227,12 @@ extension Pool {
     switch placement {
     case .ordinary:
       placing = current.map { .placed($0) } ?? .linkDown
-    case .stream:
+    case .stream, .quietStream:
       let measured = measure(sessions)
       placing = state.withLock {
-        $0.placeStream(by: streamPlacement, measured: measured, waiter: completion)
+        $0.placeStream(
+          by: streamPlacement, measured: measured, waiter: completion,
+          quiet: placement == .quietStream)
       }
     }
     switch placing {
@@ -238,8 +258,8 @@ extension Pool {
 
   /// A stream placed on `session` by ``session(for:completion:)`` has stopped (or moved
   /// after a failure): its reservation there is given back.
-  public func releaseStream(on session: Session) {
-    state.withLock { $0.ledger.release(session) }
+  public func releaseStream(on session: Session, quiet: Bool = false) {
+    state.withLock { $0.ledger.release(session, quiet: quiet) }
   }
 
   /// Streams placed on `session` and not given back, or its parked and queued stream reads
@@ -269,16 +289,20 @@ extension Pool {
   /// on an open session, or (the link being down) waits for the link like any stream.
   private func patienceRanOut(waiter id: UInt64) {
     let measured = measure(sessions)
-    let (waiter, placing) = state.withLock {
-      state -> (Completion?, PoolState<Session>.StreamPlacing?) in
-      guard let waiter = state.ledger.removeWaiter(id) else { return (nil, nil) }
-      return (waiter, state.placeStream(by: streamPlacement, measured: measured, waiter: nil))
+    let (waiting, placing) = state.withLock {
+      state -> ((waiter: Completion, quiet: Bool)?, PoolState<Session>.StreamPlacing?) in
+      guard let waiting = state.ledger.removeWaiter(id) else { return (nil, nil) }
+      return (
+        waiting,
+        state.placeStream(
+          by: streamPlacement, measured: measured, waiter: nil, quiet: waiting.quiet)
+      )
     }
-    guard let waiter else { return }
+    guard let waiting else { return }
     if case .placed(let fallback) = placing {
-      waiter(.success(fallback))
+      waiting.waiter(.success(fallback))
     } else {
-      session(for: .stream, completion: waiter)
+      session(for: waiting.quiet ? .quietStream : .stream, completion: waiting.waiter)
     }
   }
 
@@ -287,11 +311,11 @@ extension Pool {
   /// streams' owners are told to place them again (``observeStreamRoom(_:)``).
   func extraSessionsAllowed(generation: UInt64) {
     let primary = current
-    let parked = primary?.parkedStreams ?? 0
     let dial = state.withLock { state -> Bool in
       guard let primary, state.link.primary === primary, state.link.generation == generation,
         maxSessions > 1, !state.link.extraSessionsRefused, state.link.streams.isEmpty,
-        state.ledger.load(of: primary, parked: parked) > 0
+        // Streams someone reads: watched rooms alone are no reason for another session.
+        state.ledger.readStreams(on: primary) > 0
       else { return false }
       return state.ledger.startDial()
     }
@@ -310,7 +334,8 @@ extension Pool {
     }
     let (callers, late, settled, givenBack, movers) = state.withLock {
       state -> (
-        [Completion], Session?, [@Sendable () -> Void], Session?, [@Sendable (Session) -> Void]
+        [(waiter: Completion, quiet: Bool)], Session?, [@Sendable () -> Void], Session?,
+        [@Sendable (Session) -> Void]
       )
       in
       let callers = state.ledger.takeWaiters()
@@ -350,6 +375,8 @@ extension Pool {
       for done in state.withLock({ $0.ledger.finishDial() }) { done() }
     }
     // Placed again: one new session may not hold them all, and a second dial then starts.
-    for caller in callers { session(for: .stream, completion: caller) }
+    for caller in callers {
+      session(for: caller.quiet ? .quietStream : .stream, completion: caller.waiter)
+    }
   }
 }

@@ -131,6 +131,55 @@ final class AwarenessTests: XCTestCase {
     try waitForUnread(scene, "lobby 0\n")
   }
 
+  /// The mount's sessions by role (`primary`, `stream`), from `mount9bbs status --json`.
+  private func sessionRoles(_ mount: MountProcess) -> [String] {
+    guard let status = try? runBuilt("mount9bbs", ["status", mount.mountpoint, "--json"]),
+      let object = try? JSONSerialization.jsonObject(with: Data(status.output.utf8))
+        as? [String: Any],
+      let sessions = object["sessions"] as? [[String: Any]]
+    else { return [] }
+    return sessions.compactMap { $0["role"] as? String }
+  }
+
+  /// Issue 34 item 6: on a board, with no `watch=`, the rooms the member reads count in
+  /// `chat/unread`, across a remount, and watching them takes no session of the board's.
+  func testABoardCountsTheRoomsTheMemberReadsWithoutConfiguration() throws {
+    let scene = try scene(.deviceSeqpacket, rooms: ["lobby", "tech", "dev"])
+    XCTAssertEqual(try unread(scene), "", "nothing read yet, nothing counted")
+    // alice reads lobby once (an open waits for a room's first line); tech she never reads.
+    try post("zero", to: scene.bobPath("chat/lobby"))
+    _ = try sh("timeout 10 tail -n 1 '\(scene.alicePath("chat/lobby"))'")
+    try waitForUnread(scene, "lobby 0\n")
+    for text in ["one", "two"] { try post(text, to: scene.bobPath("chat/lobby")) }
+    try post("elsewhere", to: scene.bobPath("chat/tech"))
+    try waitForUnread(scene, "lobby 2\n")
+    // alice unmounts; bob says more; the remount counts them at once.
+    scene.alice.stop()
+    try post("three", to: scene.bobPath("chat/lobby"))
+    let again = try mountAlice(scene.rig, options: [], state: scene.state)
+    let unreadPath = again.mountpoint + "/chat/unread"
+    var last = ""
+    XCTAssertTrue(
+      waitUntil(timeout: 10, interval: 0.05) {
+        last = (try? String(contentsOfFile: unreadPath, encoding: .utf8)) ?? ""
+        return last == "lobby 3\n"
+      }, "after the remount chat/unread is \(last.debugDescription)")
+    // Watched quietly: on the session the mount holds anyway, none dialled for it.
+    XCTAssertEqual(sessionRoles(again), ["primary"])
+    // A reader moves the room off the primary, where it would hold posts back.
+    let follower = try background(self, "/usr/bin/tail", ["-f", again.mountpoint + "/chat/lobby"])
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { sessionRoles(again).contains("stream") },
+      "the followed room stayed on the primary: \(sessionRoles(again))")
+    try post("four", to: scene.bobPath("chat/lobby"))
+    XCTAssertTrue(waitUntil(timeout: 10) { follower.text.contains("four") }, follower.text)
+    XCTAssertTrue(
+      waitUntil(timeout: 10, interval: 0.05) {
+        (try? String(contentsOfFile: unreadPath, encoding: .utf8)) == "lobby 0\n"
+      })
+    scene.rig.assertNoViolations()
+  }
+
   // MARK: Mentions and events
 
   /// Starts readers of `file` the three ways users read streams and posts mentions until

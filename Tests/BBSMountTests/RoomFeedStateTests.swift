@@ -25,7 +25,8 @@ final class RoomFeedStateTests: XCTestCase {
   private func names(_ actions: [RoomFeedState.Action]) -> [String] {
     actions.compactMap { action in
       switch action {
-      case .place: "place"
+      case .place(_, let quiet): quiet ? "place(quiet)" : "place"
+      case .leaveIfShared(let on): on === session ? "leaveIfShared" : "leaveIfShared(other)"
       case .open(let on, _): on === session ? "open" : "open(other)"
       case .read: "read"
       case .readLater(_, _, let delay, _): "readLater(\(delay.milliseconds) ms)"
@@ -33,11 +34,12 @@ final class RoomFeedStateTests: XCTestCase {
       case .cancel: "cancel"
       case .clunk: "clunk"
       case .clunkUnlessClosed: "clunkUnlessClosed"
-      case .releaseStream(let on): on === session ? "release" : "release(other)"
+      case .releaseStream(let on, let quiet):
+        (on === session ? "release" : "release(other)") + (quiet ? "(quiet)" : "")
       case .wake(let ready, _): "wake(\(ready.count))"
       case .observe(let data, _): "observe(\(data.count))"
       case .grew(let data): "grew(\(data.count))"
-      case .log: nil
+      case .log, .learnedParking: nil
       }
     }
   }
@@ -171,6 +173,45 @@ final class RoomFeedStateTests: XCTestCase {
 
   /// A read the server keeps unanswered past the parking wait: caught up, the waiters woken;
   /// once answered, the watch for it finds nothing to do.
+  /// A watched room nobody reads is placed quietly (the provider reserves nothing, so nothing
+  /// is given back); its first reader has it leave a session ordinary requests use, and the
+  /// move places it as a stream someone reads.
+  func testAWatchedRoomIsPlacedQuietlyAndItsFirstReaderMovesIt() {
+    var state = RoomFeedState(room: "lobby", rawText: false)
+    XCTAssertEqual(names(state.retain(watching: true)), ["place(quiet)"])
+    let generation = state.generation
+    XCTAssertEqual(names(state.placed(session, quiet: true, generation: generation)), ["open"])
+    XCTAssertEqual(names(state.opened(session, fid: 1, generation: generation)), ["read"])
+    _ = state.beginRead(session, 1, generation: generation)
+    XCTAssertEqual(state.readers, 0)
+    XCTAssertEqual(names(state.retain()), ["leaveIfShared"])
+    XCTAssertEqual(state.readers, 1)
+    // A second reader changes nothing.
+    XCTAssertEqual(names(state.retain()), [])
+    // The move gives the quiet placement back and asks for one someone reads.
+    XCTAssertEqual(names(state.move(off: session)), ["clunk", "release(quiet)", "place"])
+    XCTAssertEqual(names(state.placed(other, generation: state.generation)), ["open(other)"])
+    // The readers go; the watcher keeps the run (and its slot).
+    XCTAssertEqual(names(state.release()), [])
+    XCTAssertEqual(names(state.release()), [])
+    XCTAssertEqual(state.users, 1)
+    XCTAssertEqual(names(state.release(watching: true)), ["release(other)"])
+  }
+
+  /// A reader who comes while the watched room is still being placed quietly has it move
+  /// once it is open.
+  func testAReaderDuringAQuietPlacementMovesTheRoomOnceOpen() {
+    var state = RoomFeedState(room: "lobby", rawText: false)
+    XCTAssertEqual(names(state.retain(watching: true)), ["place(quiet)"])
+    XCTAssertEqual(names(state.retain()), [])
+    let generation = state.generation
+    XCTAssertEqual(names(state.placed(session, quiet: true, generation: generation)), ["open"])
+    XCTAssertEqual(
+      names(state.opened(session, fid: 1, generation: generation)), ["read", "leaveIfShared"])
+    // Stopped for good: the quiet placement's slot goes back as quiet.
+    XCTAssertEqual(names(state.shutdown()), ["clunk", "release(quiet)", "wake(0)"])
+  }
+
   func testAParkedReadCatchesUp() {
     var state = RoomFeedState(room: "lobby", rawText: false)
     let (_, token) = reading(&state)

@@ -128,7 +128,9 @@ final class ScriptedStreams: StreamSessions, @unchecked Sendable {
   /// Sessions whose slot came back, in order.
   var releases: [Session] { lock.withLock { released } }
 
-  func placeStream(_ completion: @escaping @Sendable (Result<Session, NinePError>) -> Void) {
+  func placeStream(
+    quiet: Bool, _ completion: @escaping @Sendable (Result<Session, NinePError>) -> Void
+  ) {
     let session = lock.withLock { () -> Session? in
       // A session the scripted server closed is no place for a stream.
       sessions.removeAll { $0.closedReason != nil }
@@ -142,7 +144,7 @@ final class ScriptedStreams: StreamSessions, @unchecked Sendable {
     if let session { completion(.success(session)) }
   }
 
-  func releaseStream(on session: Session) {
+  func releaseStream(on session: Session, quiet: Bool) {
     lock.withLock { released.append(session) }
   }
 }

@@ -10,10 +10,20 @@ final class StreamPlacementTests: XCTestCase {
 
   private func choose(
     primary: Int = 0, streams: [Int], mayDial: Bool = true, refused: Bool = false,
-    rule: StreamPlacement? = nil
+    quiet: Bool = false, rule: StreamPlacement? = nil
   ) -> StreamPlacement.Choice {
     (rule ?? self.rule).choose(
-      primaryLoad: primary, streamLoads: streams, mayDial: mayDial, extraSessionsRefused: refused)
+      primaryLoad: primary, streamLoads: streams, mayDial: mayDial, extraSessionsRefused: refused,
+      quiet: quiet)
+  }
+
+  /// A watched room nobody reads takes the primary's free slot before a new session, and a
+  /// stream session's free slot before that; with the primary full it may have one dialled.
+  func testAQuietStreamTakesThePrimarysFreeSlotBeforeANewSession() {
+    XCTAssertEqual(choose(primary: 3, streams: [], quiet: true), .primary)
+    XCTAssertEqual(choose(primary: 0, streams: [2], quiet: true), .stream(0))
+    XCTAssertEqual(choose(primary: 4, streams: [], quiet: true), .dial)
+    XCTAssertEqual(choose(primary: 3, streams: []), .dial, "a read room still dials")
   }
 
   func testAFreeSlotOnAStreamSessionComesFirstTheLeastLoadedFirstOfEquals() {
@@ -51,6 +61,15 @@ final class StreamPlacementTests: XCTestCase {
     ledger.release(a)
     ledger.release(a)
     XCTAssertEqual(ledger.reservations(on: a), 0, "never below nothing")
+    // Quiet streams count for placement, not as streams someone reads.
+    ledger.reserve(a, quiet: true)
+    ledger.reserve(a)
+    XCTAssertEqual(ledger.reservations(on: a), 2)
+    XCTAssertEqual(ledger.readStreams(on: a), 1)
+    ledger.release(a)
+    XCTAssertEqual(ledger.readStreams(on: a), 0)
+    ledger.release(a, quiet: true)
+    XCTAssertEqual(ledger.reservations(on: a), 0)
     ledger.reserve(a)
     ledger.keepOnly([a])
     XCTAssertEqual(ledger.reservations(on: b), 0, "b left the pool")

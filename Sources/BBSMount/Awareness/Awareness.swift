@@ -26,6 +26,8 @@ final class Awareness: RoomFeedObserver, Sendable {
   private let feeds: RoomFeeds
   /// The user's names, given and learned: lines by them are neither unread nor mentions.
   let ownNames: OwnNames
+  /// The rooms the member reads or posts to (`watch=mine`).
+  let memberRooms: MemberRooms
   private let desktop: DesktopNotifier?
   private let command: NotifyCommand?
   private let logger: Logger
@@ -59,6 +61,8 @@ final class Awareness: RoomFeedObserver, Sendable {
     let ownNames = OwnNames(
       names: names, highlights: options.highlights, directory: stateDirectory, logger: logger)
     self.ownNames = ownNames
+    let memberRooms = MemberRooms(directory: stateDirectory, logger: logger)
+    self.memberRooms = memberRooms
     mentionStreams = Self.mentionStream(naming: ownNames, sessions: pool, logger: logger)
     let eventStreams = Self.eventStream(of: pool, logger: logger)
     self.eventStreams = eventStreams
@@ -70,8 +74,8 @@ final class Awareness: RoomFeedObserver, Sendable {
       NotifyCommand(command: $0, board: options.board, logger: logger)
     }
     let watcher = Self.watcher(
-      options: options, pool: pool, feeds: feeds, listings: listings, stat: stat,
-      logger: logger
+      options: options, pool: pool, feeds: feeds, listings: listings, mine: memberRooms,
+      stat: stat, logger: logger
     ) { added, removed in
       Self.report(added, removed, to: events)
       for room in removed { ledger.forget(room) }
@@ -120,23 +124,25 @@ final class Awareness: RoomFeedObserver, Sendable {
   /// The watcher of the rooms `options` names, or of the profile's default ones.
   private static func watcher(
     options: AwarenessOptions, pool: Pool, feeds: RoomFeeds, listings: ListingCache,
-    stat: @escaping StatFile, logger: Logger,
+    mine: MemberRooms, stat: @escaping StatFile, logger: Logger,
     changed: @escaping @Sendable ([String], [String]) -> Void
   ) -> RoomWatcher {
     let device = pool.configuration.profile == .device
     return RoomWatcher(
       feeds: feeds, listings: listings,
-      watch: options.watch ?? (device ? AwarenessOptions.Watch.none : nil),
+      watch: options.watch ?? (device ? .mine : nil), mine: mine,
+      mineCount: AwarenessOptions.mineWatched(
+        maxParkedReads: pool.configuration.maxParkedReads),
       decideWatch: { directory, decided in
         // A 9BBS board behind a gateway (its walks call the chat files directories, as a
         // device's do) shares its sessions and parking slots with its other users, and an
-        // older one (Gen-1) one read position per room: not watched unless asked.
+        // older one (Gen-1) one read position per room: only the member's rooms.
         stat(directory + ["users"]) { result in
           if case .success(let entry) = result, entry.qid.isDirectory {
             logger.info(
-              "watch: the server is a 9BBS board; rooms are not watched (-o watch=all to watch them)"
+              "watch: the server is a 9BBS board; only the rooms you read are watched (-o watch=all to watch every room)"
             )
-            decided(.none)
+            decided(.mine)
           } else {
             decided(.all)
           }
@@ -193,6 +199,7 @@ final class Awareness: RoomFeedObserver, Sendable {
     watcher.stop()
     ledger.flush()
     ownNames.flush()
+    memberRooms.flush()
   }
 
   /// `chat/unread`'s text now: the watched rooms and the rooms someone has open.
@@ -222,6 +229,7 @@ final class Awareness: RoomFeedObserver, Sendable {
   /// A reader read `room` to its end, offset `offset` of `feed`'s transcript.
   func roomRead(_ room: String, through offset: UInt64, of feed: RoomFeed) {
     ledger.read(room, through: UnreadLedger.Place(feed: ObjectIdentifier(feed), offset: offset))
+    if memberRooms.note(room) { watcher.memberRoomsChanged() }
   }
 
   /// This mount sent posts (each `room:text`): their echoes tell what the board calls the user.
@@ -233,6 +241,10 @@ final class Awareness: RoomFeedObserver, Sendable {
 
   func backlogIncomplete(_ feed: RoomFeed) {
     events.record(.backlogIncomplete(room: feed.room))
+  }
+
+  func feed(_ feed: RoomFeed, learnedTheBoardParksReads parks: Bool) {
+    if memberRooms.learned(boardParksReads: parks) { watcher.memberRoomsChanged() }
   }
 
   func feed(_ feed: RoomFeed, received data: [UInt8], endingAt end: UInt64) {

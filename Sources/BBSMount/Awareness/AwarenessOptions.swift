@@ -6,6 +6,10 @@ public struct AwarenessOptions: Sendable, Equatable {
   public enum Watch: Sendable, Equatable {
     /// Every room of the chat listing.
     case all
+    /// The rooms this member reads or posts to through the mount (kept across mounts), the
+    /// most recently read ``AwarenessOptions/mineWatched(maxParkedReads:)`` of them: a 9BBS
+    /// board's default.
+    case mine
     /// None: only rooms someone has open count.
     case none
     /// These rooms (`watch=ROOM:ROOM`).
@@ -14,7 +18,7 @@ public struct AwarenessOptions: Sendable, Equatable {
     public func includes(_ room: String) -> Bool {
       switch self {
       case .all: true
-      case .none: false
+      case .mine, .none: false
       case .rooms(let names): names.contains(room)
       }
     }
@@ -27,7 +31,8 @@ public struct AwarenessOptions: Sendable, Equatable {
     case off
   }
 
-  /// Nil: the profile's default (every room on a multiplex server, none on a device board).
+  /// Nil: the profile's default (every room on a multiplex server, the member's own on a
+  /// 9BBS board).
   public var watch: Watch?
   /// How often the chat listing (rooms coming and going) and, while someone reads
   /// `chat/events`, `chat/users` (users arriving and leaving) are read again. Nil: the
@@ -48,6 +53,13 @@ public struct AwarenessOptions: Sendable, Equatable {
   /// up its one-request-at-a-time session).
   public static func defaultInterval(device: Bool) -> Duration {
     device ? .seconds(60) : .seconds(10)
+  }
+
+  /// How many of the member's rooms `watch=mine` watches: a session's parking slots but one,
+  /// so the rooms fit the session the mount holds anyway (they never make it dial another)
+  /// and one slot stays free for a room opened next.
+  public static func mineWatched(maxParkedReads: Int) -> Int {
+    max(1, maxParkedReads - 1)
   }
 
   /// `watch-interval=` at most, in seconds (an hour).

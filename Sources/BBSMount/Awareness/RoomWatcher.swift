@@ -29,6 +29,10 @@ final class RoomWatcher: Sendable {
 
   private let feeds: RoomFeeds
   private let listings: ListingCache
+  /// The member's rooms (`watch=mine`).
+  private let mine: MemberRooms?
+  /// How many of them are watched.
+  private let mineCount: Int
   /// Decides what to watch when the user did not say, once the chat directory is found.
   private let decideWatch:
     (@Sendable ([String], @escaping @Sendable (AwarenessOptions.Watch) -> Void) -> Void)?
@@ -41,9 +45,12 @@ final class RoomWatcher: Sendable {
   /// Rooms watched at most: a listing of thousands of rooms must not open thousands of reads.
   static let maximumWatched = 64
 
-  /// - Parameter decideWatch: with `watch` nil, told the chat directory, answers what to watch.
+  /// - Parameters:
+  ///   - mine: the member's rooms, which `watch=mine` watches the `mineCount` most recent of.
+  ///   - decideWatch: with `watch` nil, told the chat directory, answers what to watch.
   init(
     feeds: RoomFeeds, listings: ListingCache, watch: AwarenessOptions.Watch?,
+    mine: MemberRooms? = nil, mineCount: Int = 3,
     decideWatch: (
       @Sendable ([String], @escaping @Sendable (AwarenessOptions.Watch) -> Void) -> Void
     )? = nil,
@@ -52,6 +59,8 @@ final class RoomWatcher: Sendable {
   ) {
     self.feeds = feeds
     self.listings = listings
+    self.mine = mine
+    self.mineCount = mineCount
     state = Mutex(State(watch: watch))
     self.decideWatch = decideWatch
     self.interval = interval
@@ -107,7 +116,24 @@ final class RoomWatcher: Sendable {
       defer { state.held.removeAll() }
       return Array(state.held.values)
     }
-    for feed in feeds { feed.release() }
+    for feed in feeds { feed.release(watching: true) }
+  }
+
+  /// The member read or posted to a room: with `watch=mine` it may now be watched (and the
+  /// room read longest ago no longer).
+  func memberRoomsChanged() {
+    let rooms = state.withLock { state in
+      state.watch == .mine && !state.stopped ? state.rooms : nil
+    }
+    guard let rooms else { return }
+    apply(rooms)
+  }
+
+  /// Whether `room` is to be watched now.
+  private func wanted(_ room: String, by watch: AwarenessOptions.Watch?, mine: Set<String>)
+    -> Bool
+  {
+    watch == .mine ? mine.contains(room) : watch?.includes(room) == true
   }
 
   private func find(among candidates: [[String]]) {
@@ -150,15 +176,25 @@ final class RoomWatcher: Sendable {
   }
 
   private func update(_ names: [String]) {
-    let now = Set(names).subtracting(Self.notRooms)
+    let (added, removed) = apply(Set(names).subtracting(Self.notRooms))
+    settle()
+    if !added.isEmpty || !removed.isEmpty { changed(added, removed) }
+    schedule()
+  }
+
+  /// Holds the feeds of the rooms of listing `now` that are wanted and releases the others:
+  /// the rooms added and removed since the last listing.
+  @discardableResult
+  private func apply(_ now: Set<String>) -> (added: [String], removed: [String]) {
+    let mineNow = Set(mine?.recent(mineCount) ?? [])
     var start: [(String, RoomFeed)] = []
-    var stop: [RoomFeed] = []
+    var stop: [(String, RoomFeed)] = []
     let (added, removed): ([String], [String]) = state.withLock { state in
       guard !state.stopped, let directory = state.chatDirectory else { return ([], []) }
       let before = state.rooms
       state.rooms = now
       for name in now.sorted()
-      where state.watch?.includes(name) == true && state.held[name] == nil
+      where wanted(name, by: state.watch, mine: mineNow) && state.held[name] == nil
         && !state.pollingBoard
       {
         guard state.held.count < Self.maximumWatched else { break }
@@ -166,27 +202,29 @@ final class RoomWatcher: Sendable {
         state.held[name] = feed
         start.append((name, feed))
       }
-      for (name, feed) in state.held where !now.contains(name) {
+      for (name, feed) in state.held
+      where !now.contains(name) || !wanted(name, by: state.watch, mine: mineNow) {
         state.held[name] = nil
-        stop.append(feed)
+        stop.append((name, feed))
       }
       guard let before else { return ([], []) }
       return (now.subtracting(before).sorted(), before.subtracting(now).sorted())
     }
     for (name, feed) in start {
       logger.debug("watch: watching \(name)")
-      feed.retain()
+      feed.retain(watching: true)
     }
-    settle()
-    for feed in stop { feed.release() }
-    if !added.isEmpty || !removed.isEmpty { changed(added, removed) }
-    schedule()
+    for (name, feed) in stop {
+      logger.debug("watch: no longer watching \(name)")
+      feed.release(watching: true)
+    }
     if !start.isEmpty {
       // A room's first reads tell whether the board parks them.
       DispatchQueue.global().asyncAfter(deadline: .now() + 2) { [weak self] in
         _ = self?.givesUpOnAPollingBoard()
       }
     }
+    return (added, removed)
   }
 
   /// Stops watching if a watched room's feed found the board answering reads at once.
@@ -205,7 +243,7 @@ final class RoomWatcher: Sendable {
         "watch: the board answers chat reads at once (it does not park them); watching would poll each room 3 times a second, so rooms are not watched"
       )
     }
-    for feed in released { feed.release() }
+    for feed in released { feed.release(watching: true) }
     return true
   }
 }

@@ -42,6 +42,7 @@ final class RoomFeed: Sendable {
     var onGrowth: (@Sendable () -> Void)?
     var onLines: (@Sendable (_ lines: [UInt8], _ end: UInt64) -> Void)?
     var onBacklogIncomplete: (@Sendable () -> Void)?
+    var onParking: (@Sendable (_ parks: Bool) -> Void)?
   }
 
   /// Called (outside the lock) whenever the transcript grows: poll wake-ups.
@@ -55,6 +56,12 @@ final class RoomFeed: Sendable {
   var onLines: (@Sendable (_ lines: [UInt8], _ end: UInt64) -> Void)? {
     get { callbacks.withLock { $0.onLines } }
     set { callbacks.withLock { $0.onLines = newValue } }
+  }
+  /// Called when a read shows how the board answers caught-up reads: it parks them, or
+  /// (false) answers at once.
+  var onParking: (@Sendable (_ parks: Bool) -> Void)? {
+    get { callbacks.withLock { $0.onParking } }
+    set { callbacks.withLock { $0.onParking = newValue } }
   }
   /// Called when an open showed the room without the end of the server's backlog.
   var onBacklogIncomplete: (@Sendable () -> Void)? {
@@ -247,14 +254,15 @@ final class RoomFeed: Sendable {
 
   // MARK: Life cycle
 
-  /// A reader opened the room: the feed runs while anyone has it open.
-  func retain() {
-    run(state.withLock { $0.retain() })
+  /// A reader (or, `watching`, the ``RoomWatcher``) opened the room: the feed runs while
+  /// anyone has it open.
+  func retain(watching: Bool = false) {
+    run(state.withLock { $0.retain(watching: watching) })
   }
 
-  /// A reader closed the room; the last one stops the server-side read.
-  func release() {
-    run(state.withLock { $0.release() })
+  /// A reader (or the watcher) closed the room; the last one stops the server-side read.
+  func release(watching: Bool = false) {
+    run(state.withLock { $0.release(watching: watching) })
   }
 
   /// Places the feed again if it reads on `crowded` (see ``RoomFeedState/move(off:)``).
@@ -274,8 +282,10 @@ final class RoomFeed: Sendable {
   private func run(_ actions: [RoomFeedState.Action]) {
     for action in actions {
       switch action {
-      case .place(let generation):
-        place(generation: generation)
+      case .place(let generation, let quiet):
+        place(generation: generation, quiet: quiet)
+      case .leaveIfShared(let session):
+        if sessions.carriesOrdinaryRequests(session) { move(off: session) }
       case .open(let session, let generation):
         open(on: session, generation: generation)
       case .read(let session, let fid, let generation):
@@ -294,8 +304,8 @@ final class RoomFeed: Sendable {
         session.clunk(fid)
       case .clunkUnlessClosed(let session, let fid):
         if session.closedReason == nil { session.clunk(fid) }
-      case .releaseStream(let session):
-        sessions.releaseStream(on: session)
+      case .releaseStream(let session, let quiet):
+        sessions.releaseStream(on: session, quiet: quiet)
       case .wake(let ready, let concurrently):
         if concurrently && ready.count > 4 {
           DispatchQueue.concurrentPerform(iterations: ready.count) { ready[$0]() }
@@ -310,14 +320,17 @@ final class RoomFeed: Sendable {
         history?.append(data)
       case .log(let level, let message):
         logger.log(level: level, "\(message)")
+      case .learnedParking(let parks):
+        onParking?(parks)
       }
     }
   }
 
-  private func place(generation: UInt64) {
-    sessions.placeStream { [self] placed in
+  private func place(generation: UInt64, quiet: Bool) {
+    sessions.placeStream(quiet: quiet) { [self] placed in
       switch placed {
-      case .success(let session): run(state.withLock { $0.placed(session, generation: generation) })
+      case .success(let session):
+        run(state.withLock { $0.placed(session, quiet: quiet, generation: generation) })
       case .failure(let error): run(state.withLock { $0.failed(error, generation: generation) })
       }
     }

@@ -5,8 +5,12 @@ import NinePProtocol
 extension RoomFeedState {
   /// What a transition asks the feed to do, outside the lock.
   enum Action: Sendable {
-    /// Ask the provider for a stream session (``RoomFeedState/placed(_:generation:)`` next).
-    case place(generation: UInt64)
+    /// Ask the provider for a stream session (``RoomFeedState/placed(_:generation:)`` next);
+    /// `quiet` when no reader waits on the feed (a watched room).
+    case place(generation: UInt64, quiet: Bool)
+    /// A reader opened a room watched so far: if the feed reads on the session ordinary
+    /// requests use, it moves (``RoomFeedState/move(off:)``).
+    case leaveIfShared(Session)
     /// Walk to the room and open it (``RoomFeedState/opened(_:fid:generation:)`` next).
     case open(Session, generation: UInt64)
     /// Send the next read (``RoomFeedState/beginRead(_:_:generation:)`` first).
@@ -20,8 +24,8 @@ extension RoomFeedState {
     case clunk(Session, Fid)
     /// Clunk unless the session has closed (the server forgot the fid with it).
     case clunkUnlessClosed(Session, Fid)
-    /// Give the parking slot on `session` back to the provider.
-    case releaseStream(Session)
+    /// Give the parking slot on `session` (placed `quiet` or not) back to the provider.
+    case releaseStream(Session, quiet: Bool)
     /// Waiters now ready (`concurrently` when many readers wait on a reply).
     case wake([@Sendable () -> Void], concurrently: Bool = false)
     /// What the server's reads added, ending at transcript offset `end`, for the
@@ -31,5 +35,8 @@ extension RoomFeedState {
     /// (after the waiters).
     case grew([UInt8])
     case log(Logger.Level, String)
+    /// How the board answers a caught-up read: it parks it, or (`parks` false) answers at
+    /// once (``RoomFeed/onParking``).
+    case learnedParking(parks: Bool)
   }
 }

@@ -48,6 +48,10 @@ struct RoomFeedState {
   private(set) var phase = Phase.stopped
   private(set) var transcript: Transcript
   private(set) var users = 0
+  /// Of the users, those who watch the room (``RoomWatcher``) rather than read it.
+  private(set) var watchers = 0
+  /// Readers of the room: users who are not watchers.
+  var readers: Int { users - watchers }
   private(set) var generation: UInt64 = 0
   /// Identifies reads on the wire across runs, so a reply that beats `send`'s return is not
   /// mistaken for a newer read.
@@ -55,6 +59,8 @@ struct RoomFeedState {
   /// The session the provider placed this feed on (holding one of its parking slots), kept
   /// through a retry until the next placement.
   private(set) var placedOn: Session?
+  /// `placedOn` was placed quietly (no reader then).
+  private var placedQuietly = false
   private(set) var backoff: Duration = .zero
   private var waiters: [UInt64: Waiter] = [:]
   private var nextWaiterID: UInt64 = 1
@@ -130,23 +136,34 @@ struct RoomFeedState {
 
   // MARK: Readers coming and going
 
-  /// A reader opened the room: the first starts a run.
-  mutating func retain() -> [Action] {
+  /// A reader (or, `watching`, the watcher) opened the room: the first starts a run. The
+  /// first reader of a room watched so far moves it off the session ordinary requests use.
+  mutating func retain(watching: Bool = false) -> [Action] {
     users += 1
-    guard users == 1, case .stopped = phase, !isLocal else { return [] }
+    if watching { watchers += 1 }
+    guard users == 1, case .stopped = phase, !isLocal else {
+      guard !watching, readers == 1, placedQuietly, let placedOn else { return [] }
+      return [.leaveIfShared(placedOn)]
+    }
     generation += 1
     // A new run polls at once: an old backoff would miss lines a board's ring drops.
     backoff = .zero
     // What the server kept for us while stopped is still to come.
     caughtUp = false
     phase = .placing
-    return [.place(generation: generation)]
+    return [placing()]
   }
 
-  /// A reader closed the room; the last one stops the run.
-  mutating func release() -> [Action] {
+  /// A reader (or, `watching`, the watcher) closed the room; the last one stops the run.
+  mutating func release(watching: Bool = false) -> [Action] {
     users = max(0, users - 1)
+    if watching { watchers = max(0, watchers - 1) }
     return users == 0 ? stop() : []
+  }
+
+  /// Asks for a place, quietly when nobody reads the room.
+  private func placing() -> Action {
+    .place(generation: generation, quiet: readers == 0)
   }
 
   /// Stops for good (unmount): every waiter is woken so replies go out.
@@ -174,7 +191,7 @@ struct RoomFeedState {
     case .stopped, .placing, .opening, .retrying:
       break
     }
-    if let placedOn { actions.append(.releaseStream(placedOn)) }
+    if let placedOn { actions.append(.releaseStream(placedOn, quiet: placedQuietly)) }
     placedOn = nil
     phase = .stopped
     return actions
@@ -196,20 +213,22 @@ struct RoomFeedState {
     backoff = .zero
     phase = .placing
     actions.append(.log(.debug, "room feed \(room): moving to a stream session"))
-    actions.append(.place(generation: generation))
+    actions.append(placing())
     return actions
   }
 
   // MARK: Placing and opening
 
-  /// The provider placed the feed on `session` (a parking slot reserved there).
-  mutating func placed(_ session: Session, generation: UInt64) -> [Action] {
+  /// The provider placed the feed on `session` (a parking slot reserved there), `quiet` as
+  /// it was asked.
+  mutating func placed(_ session: Session, quiet: Bool = false, generation: UInt64) -> [Action] {
     // A run that stopped meanwhile gives back only the slot placed for it: `placedOn` is
     // the current run's (stopping gave the old run's back).
-    guard isCurrent(generation) else { return [.releaseStream(session)] }
+    guard isCurrent(generation) else { return [.releaseStream(session, quiet: quiet)] }
     // The slot of this run's earlier placement (before a retry) goes back.
-    let previous = placedOn.map { [Action.releaseStream($0)] } ?? []
+    let previous = placedOn.map { [Action.releaseStream($0, quiet: placedQuietly)] } ?? []
     placedOn = session
+    placedQuietly = quiet
     phase = .opening(session)
     return previous + [.open(session, generation: generation)]
   }
@@ -227,7 +246,8 @@ struct RoomFeedState {
     return [
       .log(.debug, "room feed \(room) reading on session \(ObjectIdentifier(session).hashValue)"),
       .read(session, fid, generation: generation),
-    ]
+      // A reader came while it was being placed quietly.
+    ] + (placedQuietly && readers > 0 ? [.leaveIfShared(session)] : [])
   }
 
   /// Placing, opening or reading failed: dial again after a pause that grows with failures.
@@ -246,7 +266,7 @@ struct RoomFeedState {
   mutating func retryDue(generation: UInt64) -> [Action] {
     guard isCurrent(generation), case .retrying = phase else { return [] }
     phase = .placing
-    return [.place(generation: generation)]
+    return [placing()]
   }
 
   // MARK: Reading
@@ -281,6 +301,7 @@ struct RoomFeedState {
     dedupe = nil
     return [
       .log(.debug, "room feed \(room): caught up (a read unanswered for \(wait))"),
+      .learnedParking(parks: true),
       .wake(readyWaiters()),
     ]
   }
@@ -325,6 +346,8 @@ struct RoomFeedState {
       echoes = EchoFilter(lines: transcript.lastLines(EchoFilter.window))
       actions.append(
         .log(.debug, "room feed \(room): the server answers caught-up reads at once; polling"))
+      // Before the readers are woken: what they read next may start watching (Awareness/).
+      actions.append(.learnedParking(parks: false))
     }
     let shown = filtered(data, logging: &actions)
     // The backlog is over: what comes next is new, whatever it says.

@@ -19,6 +19,9 @@ protocol RoomFeedObserver: AnyObject, Sendable {
   /// `data` came into `feed`'s transcript, ending at offset `end`.
   func feed(_ feed: RoomFeed, received data: [UInt8], endingAt end: UInt64)
   func backlogIncomplete(_ feed: RoomFeed)
+  /// A read of `feed` showed how the board answers caught-up reads: it parks them, or
+  /// (`parks` false) answers at once.
+  func feed(_ feed: RoomFeed, learnedTheBoardParksReads parks: Bool)
 }
 
 /// The mount's room feeds, one per room path, made on the first open.
@@ -67,6 +70,10 @@ final class RoomFeeds: Sendable {
     feed.onBacklogIncomplete = { [weak self, weak feed] in
       guard let feed, let observer = self?.currentObserver else { return }
       observer.backlogIncomplete(feed)
+    }
+    feed.onParking = { [weak self, weak feed] parks in
+      guard let feed, let observer = self?.currentObserver else { return }
+      observer.feed(feed, learnedTheBoardParksReads: parks)
     }
     return feeds.withLock { feeds in
       // Another open of the same room may have made its feed meanwhile: one feed per room.

@@ -95,7 +95,6 @@ final class ConnectionHandler: Sendable {
   /// The negotiated msize (the server's maximum before Tversion).
   var msize: Int { state.withLock { $0.msize } }
 
-
   /// Whether the session has a parked read, without taking the session's lock (which a
   /// wake-up holds while it sends to a client that may not be reading): for the watchdog.
   var hasParkedRead: Bool { parkedGauge.load(ordering: .relaxed) > 0 }
