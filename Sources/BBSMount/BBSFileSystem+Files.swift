@@ -3,6 +3,7 @@
 // and poll go to the open handle (OpenHandle, Tree/), whatever its kind. What open does for
 // chat's own files is in BBSFileSystem+ChatFiles.
 
+import Foundation
 import FuseKit
 import NinePClient
 
@@ -36,6 +37,12 @@ extension BBSFileSystem {
       openOutbox(request, writes: writes, info: info)
     case .file:
       answersInterrupts(request)
+      if access == O_RDONLY, let stat = node.stat,
+        let seen = remote.seenFiles.bytes(of: node.path, at: .init(stat))
+      {
+        if !linkAnswers { return answer(request, with: seen, info: info) }
+        answerIfTheLinkStops(request, with: seen, info: info)
+      }
       RemoteFileHandle.open(
         request, node: node, info: info, tree: tree, remote: remote, handles: handles
       ) { [notifier] inode in
@@ -45,6 +52,48 @@ extension BBSFileSystem {
       }
     }
   }
+
+  /// The link is up and not stalled (no request on the primary has waited ``Pool/stallAfter``,
+  /// looked at now rather than at the keepalive's next look): what the board says is worth
+  /// waiting for.
+  private var linkAnswers: Bool {
+    let overdue = pool.current?.waitingSince.map { $0.duration(to: .now) >= Pool.stallAfter }
+    return pool.linkState == .up && !pool.isStalled && overdue != true
+  }
+
+  /// Answers an open with `bytes`, what the mount last read of the file.
+  private func answer(_ request: FuseRequest, with bytes: [UInt8], info: FuseFileInfo) {
+    var info = info
+    info.directIO = true
+    info.keepCache = false
+    info.handle = handles.store(SnapshotHandle(bytes))
+    // The board's own answer may come later: it finds the open answered and closes its fid.
+    request.allowLateReplies()
+    if !request.replyOpen(info) { handles.remove(info.handle) }
+  }
+
+  /// While the open waits for the board, looks at the link every quarter second for
+  /// ``seenFilePatience``: once it is stalled or down, the open is answered with what the
+  /// mount last read of the file (the board's late answer then finds it answered and closes
+  /// its fid). A request unanswered for 2 s is a stall, so a frozen board's `cat` answers in
+  /// about that.
+  private func answerIfTheLinkStops(
+    _ request: FuseRequest, with bytes: [UInt8], info: FuseFileInfo,
+    waited: Duration = .zero
+  ) {
+    let step = Duration.milliseconds(250)
+    DispatchQueue.global().asyncAfter(deadline: .now() + step.timeInterval) {
+      [weak self] in
+      guard let self, request.isOutstanding else { return }
+      if !linkAnswers { return answer(request, with: bytes, info: info) }
+      guard waited + step < Self.seenFilePatience else { return }
+      answerIfTheLinkStops(request, with: bytes, info: info, waited: waited + step)
+    }
+  }
+
+  /// How long an open of a file already seen looks for the link stopping; after that it
+  /// waits for the board, within `timeout=`, as any open does.
+  static let seenFilePatience: Duration = .seconds(4)
 
   /// The users list ignores the offset: it is read once, at open, so `cat` ends.
   private func openUsers(_ request: FuseRequest, _ node: InodeTable.Node, info: FuseFileInfo) {

@@ -62,6 +62,11 @@ public struct FuseRequest: @unchecked Sendable, Hashable {
     core.setInterruptHandler(self, handler)
   }
 
+  /// Says that this request may be answered before the work it started is done (with what
+  /// the file system last saw, say): that work's reply, when it comes, is dropped quietly
+  /// rather than logged as a second reply.
+  public func allowLateReplies() { core.allowLateReplies(self) }
+
   // MARK: Replies
 
   /// Answers with an error (`ENOENT`, `EINTR`, …; positive errno). 0 means success for ops

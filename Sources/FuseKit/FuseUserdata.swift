@@ -32,8 +32,9 @@ final class FuseUserdata: @unchecked Sendable {
     var nextID: UInt64 = 1
     /// Set once the shutdown sweep ran: late replies are expected, not bugs.
     var swept = false
-    /// Requests recently handed to an interrupt handler: the work they started may still
-    /// answer later, which is expected, not a bug. Bounded (cleared when it grows large).
+    /// Requests recently handed to an interrupt handler, or answered early on purpose
+    /// (``FuseRequest/allowLateReplies()``): the work they started may still answer later,
+    /// which is expected, not a bug. Bounded (cleared when it grows large).
     var interrupted: Set<UInt64> = []
   }
 
@@ -210,6 +211,15 @@ final class FuseUserdata: @unchecked Sendable {
     // Not under our lock: libfuse holds the request's lock while it calls the interrupt
     // function, and calls it right here if the interrupt already arrived.
     fuse_req_interrupt_func(request.raw, fuseUserdataInterrupt, userdata)
+  }
+
+  /// Marks `request`'s later replies as expected (see ``FuseRequest/allowLateReplies()``).
+  func allowLateReplies(_ request: FuseRequest) {
+    table.withLock { t in
+      guard t.entries[request.key]?.id == request.id else { return }
+      if t.interrupted.count >= 1024 { t.interrupted.removeAll() }
+      t.interrupted.insert(request.id)
+    }
   }
 
   /// Called by libfuse (with the request's lock held) when the kernel interrupts `raw`.

@@ -29,7 +29,8 @@ struct KeepaliveWatch<Connection: AnyObject> {
   }
 
   /// How often to look: often enough that "two periods" means two periods, not three, and
-  /// that a stall (``Pool/stallAfter``) is seen within half a second.
+  /// that a stall (``Pool/stallAfter``) is seen within half a second (the watch also wakes
+  /// when a waiting request becomes overdue).
   var tick: Duration { min(max(interval / 8, .milliseconds(20)), .milliseconds(500)) }
 
   /// One look at `session` (nil while the link is down), last heard `silence` ago.
@@ -72,15 +73,21 @@ extension Pool {
     let misses = policy.keepaliveMisses
     let thread = Thread { [weak self] in
       var watch = KeepaliveWatch<Session>(interval: interval, misses: misses)
+      var nap = watch.tick
       while true {
-        Thread.sleep(forTimeInterval: watch.tick.timeInterval)
+        Thread.sleep(forTimeInterval: nap.timeInterval)
+        nap = watch.tick
         guard let self else { return }
         if case .closed = self.linkState { return }
         let current = self.current
         let silence = current.map { $0.lastReceived.duration(to: .now) } ?? .zero
         let verdict = watch.check(current, silence: silence)
-        let overdue = current?.waitingSince.map { $0.duration(to: .now) >= Self.stallAfter }
-        self.noteStall(overdue ?? false)
+        let waited = current?.waitingSince.map { $0.duration(to: .now) }
+        self.noteStall(waited.map { $0 >= Self.stallAfter } ?? false)
+        // A request waiting: look again the moment it becomes overdue, not up to a tick late.
+        if let waited, waited < Self.stallAfter {
+          nap = min(nap, Self.stallAfter - waited + .milliseconds(5))
+        }
         guard let session = current else { continue }
         switch verdict {
         case .wait:

@@ -79,10 +79,15 @@ final class LinkFailoverTests: XCTestCase {
     let events = try fixture.startBackground("exec tail -f -s 0.2 \(mnt)/chat/events")
     XCTAssertTrue(waitUntil(timeout: 10) { events.text.contains("\tlink\tup") }, events.text)
     XCTAssertTrue(try sh("ls \(mnt)/etc").contains("motd"))
+    let motd = try sh("cat \(mnt)/etc/motd")
+    XCTAssertFalse(motd.isEmpty)
     server.signal(SIGSTOP)
     let frozen = Date()
-    // Any open asks the server (close-to-open): a request that waits.
-    _ = try fixture.startBackground("cat \(mnt)/etc/motd > /dev/null")
+    // Any open asks the server (close-to-open): a request that waits. A small file read
+    // before answers with what the mount read once the link is stalled; one never read waits
+    // for the board (within timeout=).
+    let seen = try fixture.startBackground("cat \(mnt)/etc/motd; echo status=$?")
+    let unseen = try fixture.startBackground("cat \(mnt)/etc/location; echo status=$?")
     // A listing seen before answers once the link is stalled, not when it is down (a minute).
     let listing = try fixture.startBackground("ls \(mnt)/etc; echo status=$?")
     XCTAssertTrue(
@@ -99,7 +104,12 @@ final class LinkFailoverTests: XCTestCase {
     let again = Date()
     XCTAssertTrue(try sh("ls \(mnt)/etc", timeout: 10).contains("motd"))
     XCTAssertLessThan(Date().timeIntervalSince(again), 1, "ls while stalled waited")
+    XCTAssertTrue(waitUntil(timeout: 5) { seen.text.contains("status=0") }, seen.text)
+    XCTAssertEqual(seen.text, motd + "status=0\n")
+    XCTAssertEqual(try sh("cat \(mnt)/etc/motd", timeout: 5), motd, "a second cat while stalled")
+    XCTAssertFalse(unseen.text.contains("status="), "a file never read: \(unseen.text)")
     server.signal(SIGCONT)
+    XCTAssertTrue(waitUntil(timeout: 10) { unseen.text.contains("status=0") }, unseen.text)
     XCTAssertTrue(
       waitUntil(timeout: 10, interval: 0.1) { self.link(mnt)?["state"] as? String == "up" })
     XCTAssertTrue(
@@ -120,6 +130,7 @@ final class LinkFailoverTests: XCTestCase {
     XCTAssertTrue(try sh("ls \(mnt)/etc").contains("motd"))
     XCTAssertTrue(try sh("ls \(mnt)/chat").contains("lobby"))
     try sh("stat \(mnt)/etc/motd")
+    try sh("cat \(mnt)/etc/motd")
     try sh("echo 'before the freeze' > \(mnt)/chat/post")
     XCTAssertTrue(waitUntil(timeout: 20) { reader.text.contains("before the freeze") }, logs)
 
@@ -137,8 +148,11 @@ final class LinkFailoverTests: XCTestCase {
     // Two keepalive periods, plus a little for a loaded machine and the status round trip.
     XCTAssertLessThan(noticed, 2 * keepalive + 1.5, "the freeze took \(noticed) s to notice")
 
-    // Down: what the mount has seen answers at once.
-    for command in ["ls \(mnt)/etc", "ls \(mnt)/chat", "stat \(mnt)/etc/motd", "ls -l \(mnt)"] {
+    // Down: what the mount has seen answers at once, a small file read before included.
+    for command in [
+      "ls \(mnt)/etc", "ls \(mnt)/chat", "stat \(mnt)/etc/motd", "ls -l \(mnt)",
+      "cat \(mnt)/etc/motd",
+    ] {
       let started = Date()
       let result = try shell(command, timeout: 20)
       XCTAssertEqual(result.status, 0, "`\(command)` while down: \(result.output)\n\(logs)")

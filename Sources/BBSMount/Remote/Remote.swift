@@ -151,6 +151,8 @@ final class Remote: Sendable {
   let sessions: SessionProvider
   /// Which file versions the page cache holds (``RemoteFileHandle`` opens keep them when current).
   let pageCache = PageCacheLedger()
+  /// Small files read whole, for opens while the link is stalled or down.
+  let seenFiles = SeenFiles()
 
   init(sessions: @escaping SessionProvider) {
     self.sessions = sessions

@@ -92,16 +92,26 @@ final class RemoteFileHandle: OpenHandle {
   private let writes: WriteBehind
   /// Reads ahead of a sequential reader; nil on handles that write and on device links.
   private let readAhead: ReadAhead?
+  /// Keeps a small file read whole for opens while the link is stalled or down.
+  private let capture: SeenFiles.Capture?
+  /// The small files read whole, which a write here makes stale, and this file's path.
+  private let seen: (files: SeenFiles, path: [String])?
 
-  /// - Parameter size: the file's size at open (for reading ahead no further).
+  /// - Parameters:
+  ///   - size: the file's size at open (for reading ahead no further).
+  ///   - seen: where a small file read whole is kept (nil: nowhere), and its path.
+  ///   - capture: collects this open's reads for `seen` (read-only opens of small files).
   init(
     file: RemoteFile, inode: FuseInode, inodes: InodeTable, pageCache: PageCacheLedger,
-    size: UInt64? = nil
+    size: UInt64? = nil, seen: (files: SeenFiles, path: [String])? = nil,
+    capture: SeenFiles.Capture? = nil
   ) {
     self.file = file
     self.inode = inode
     self.inodes = inodes
     self.pageCache = pageCache
+    self.seen = seen
+    self.capture = capture
     writes = WriteBehind(
       limit: file.writeBehindLimit,
       hooks: WriteBehind.Hooks(
@@ -202,10 +212,15 @@ final class RemoteFileHandle: OpenHandle {
       info.keepCache = false
       remote.pageCache.forget(node.inode)
     }
+    let capture = node.stat.flatMap { stat -> SeenFiles.Capture? in
+      guard !openMode.allowsWriting, node.local == nil, stat.length <= SeenFiles.largestFile
+      else { return nil }
+      return SeenFiles.Capture(files: remote.seenFiles, path: node.path, version: .init(stat))
+    }
     info.handle = handles.store(
       RemoteFileHandle(
         file: file, inode: node.inode, inodes: tree.inodes, pageCache: remote.pageCache,
-        size: node.stat?.length))
+        size: node.stat?.length, seen: (remote.seenFiles, node.path), capture: capture))
     if openMode.allowsWriting { tree.inodes.invalidate(node.inode) }
     // Interrupted meanwhile: the kernel will never release it, so close it now.
     if !request.replyOpen(info) { handles.remove(info.handle)?.release() }
@@ -302,10 +317,12 @@ final class RemoteFileHandle: OpenHandle {
       let group = RequestGroup()
       let pending = PendingReply(request) { [file] _ in file.cancel(group) }
       guard !pending.isAnswered else { return }
-      let answer: ReadAhead.Completion = { result in
+      let answer: ReadAhead.Completion = { [capture] result in
         guard let request = pending.take() else { return }
         switch result {
-        case .success(let pieces): request.replyData(pieces.map(\.fuseDataPiece))
+        case .success(let pieces):
+          capture?.read(at: offset, size: size, got: pieces)
+          request.replyData(pieces.map(\.fuseDataPiece))
         case .failure(let error): request.replyError(error.errno)
         }
       }
@@ -321,6 +338,7 @@ final class RemoteFileHandle: OpenHandle {
     // Ctrl-C ends a write waiting for room unwritten (WriteBehind), or one the server does
     // not answer on a link without write-behind (its Twrite may still land).
     pageCache.forget(inode)
+    if let seen { seen.files.forget(seen.path) }
     writes.write(request, data: data, offset: offset)
   }
 
