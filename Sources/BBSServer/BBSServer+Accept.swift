@@ -48,29 +48,40 @@ extension BBSServer {
   func admit(_ transport: any MessageTransport, slotted: Bool) -> Connection? {
     var refusal = ""
     var full = false
+    var probation = false
     let admitted = state.withLock { state -> Connection? in
       guard !state.stopped else {
         refusal = "the server is stopping"
         return nil
       }
-      if case .refuse(let max) = configuration.connectionLimit, state.connections.count >= max {
-        refusal = "all \(max) sessions in use"
-        full = true
-        return nil
+      let id = state.nextID
+      if case .refuse(let max) = configuration.connectionLimit {
+        if let why = Self.probationOrRefusal(&state, limit: max, newcomer: id) {
+          refusal = why
+          full = true
+          return nil
+        }
+        probation = state.probation.contains(id)
       }
       if let perAddress = configuration.maxConnectionsPerAddress,
         case .tcp(let host, _) = transport.address,
         state.connections.values.lazy.filter({ $0.host == host }).count >= perAddress
       {
         refusal = "\(host) already has \(perAddress) connections"
+        state.probation.remove(id)
         return nil
       }
-      let id = state.nextID
       state.nextID += 1
       let connection = Connection(id: id, transport: transport, server: self)
       state.connections[id] = connection
       if slotted { state.slotted.insert(id) }
       return connection
+    }
+    if let admitted, probation {
+      logger.info(
+        "9bbsd: session \(admitted.id) let in on probation: the board is full, and a member holding several sessions may give one back"
+      )
+      watchProbation(of: admitted)
     }
     if admitted == nil {
       logRefusal("9bbsd: refusing a connection from \(transport.address): \(refusal)")
@@ -122,6 +133,9 @@ extension BBSServer {
       state.connections.removeValue(forKey: id)
       state.fidsLeftOpen += fidsLeftOpen
       state.endedSinceTrim += 1
+      state.users[id] = nil
+      state.probation.remove(id)
+      state.reclaimed.remove(id)
       return state.slotted.remove(id) != nil
     }
     if slotted { slots?.release() }

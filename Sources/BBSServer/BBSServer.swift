@@ -85,6 +85,12 @@ public final class BBSServer: Sendable {
     var lastRefusalLog: ContinuousClock.Instant?
     /// Newcomers being told the board is full (``tellFull``).
     var fullAnswers = 0
+    /// The user each connection first attached as.
+    var users: [Int: String] = [:]
+    /// Newcomers let in while the board is full, until their Tattach (``settleAttach``).
+    var probation: Set<Int> = []
+    /// Connections being closed to make room for a newcomer: no longer counted.
+    var reclaimed: Set<Int> = []
   }
 
   /// Builds the server: opens the store (`dataDirectory`) and the files area, loads the board.

@@ -75,10 +75,11 @@ public enum NinePError: Error, Sendable, Equatable, CustomStringConvertible {
     return reason.isEmpty ? "no session free" : String(reason)
   }
 
-  /// How a board's answer to Tversion says it has no session free.
+  /// How a board's answer to Tversion (or Tattach) says it has no session free.
   static let boardFullPrefix = "board full"
 
-  /// Whether the server answered Tversion with `ename` because it has no session free.
+  /// Whether the server answered Tversion or Tattach with `ename` because it has no session
+  /// free.
   static func meansBoardFull(_ ename: String) -> Bool {
     ename.lowercased().hasPrefix(boardFullPrefix)
   }

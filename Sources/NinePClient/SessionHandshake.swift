@@ -51,6 +51,10 @@ extension Session {
     case .success(let other):
       session.close(reason: "unexpected attach reply")
       throw .protocolViolation("Tattach answered with \(other.type)")
+    case .failure(.server(let ename, _)) where NinePError.meansBoardFull(ename):
+      // A board that lets a newcomer in only if its user has no session yet (9bbsd).
+      session.close(reason: "attach refused: \(ename)")
+      throw .boardFull(serverSaid: ename)
     case .failure(.server(let ename, _)) where AuthenticationError.isAttachError(ename):
       session.close(reason: "attach failed: \(ename)")
       throw .authentication(AuthenticationError(ename: ename))

@@ -74,15 +74,58 @@ final class SharedBoardTests: XCTestCase {
         Date().timeIntervalSince(back)))
     // Once the others could be back (13.5 s after a 10 s outage), the board's fourth session
     // goes to one member, whose feeds move there and park; nobody holds more.
-    func streamSessions(_ mount: String) -> [[String: Any]] {
-      let sessions = statusJSON(of: mount)?["sessions"] as? [[String: Any]] ?? []
-      return sessions.filter { $0["role"] as? String == "stream" }
-    }
     XCTAssertTrue(
       waitUntil(timeout: 30) {
         mounts.contains { streamSessions($0).contains { ($0["parkedReads"] as? Int ?? 0) > 0 } }
       }, "no member's feeds moved to a stream session")
     XCTAssertLessThanOrEqual(mounts.map { streamSessions($0).count }.reduce(0, +), 1)
+  }
+
+  /// The stream sessions `mount` holds, from its status.
+  private func streamSessions(_ mount: String) -> [[String: Any]] {
+    let sessions = statusJSON(of: mount)?["sessions"] as? [[String: Any]] ?? []
+    return sessions.filter { $0["role"] as? String == "stream" }
+  }
+
+  /// Two members hold all four sessions of a board (each its primary and a stream session for
+  /// the rooms it follows) when a third mounts. Before, she was told `board full` until one
+  /// of them unmounted. Now the board takes back the newest extra session for her; its
+  /// member follows on his primary, and his next extra session is refused (he is in already),
+  /// so no session changes hands again.
+  func testANewcomerGetsInWhenOthersHoldEverySession() throws {
+    try fixture.startServer(
+      listening: ["unix!" + fixture.serverSocket], extra: ["--profile", "device"])
+    var mounts: [String] = []
+    var tails: [ChildProcess] = []
+    for member in ["ann", "bob"] {
+      let mount = try fixture.mount(
+        "unix!" + fixture.serverSocket, options: ["profile=device", "uname=\(member)"],
+        name: member)
+      mounts.append(mount)
+      tails.append(try fixture.startBackground("exec tail -f -s 0.2 \(mount)/chat/lobby"))
+      _ = try fixture.startBackground("exec tail -f -s 0.2 \(mount)/chat/tech > /dev/null")
+      XCTAssertTrue(
+        waitUntil(timeout: 15) { self.streamSessions(mount).count == 1 },
+        "\(member) has no stream session")
+    }
+    // Every session of the board is taken; cyd mounts all the same.
+    let cyd = try fixture.mount(
+      "unix!" + fixture.serverSocket, options: ["profile=device", "uname=cyd"], name: "cyd")
+    try sh("echo 'hello from cyd' > \(cyd)/chat/post", timeout: 30)
+    for (index, tail) in tails.enumerated() {
+      XCTAssertTrue(
+        waitUntil(timeout: 15) { tail.text.contains("hello from cyd") },
+        "member \(index) did not see cyd's post: \(tail.text)")
+    }
+    // One of the two gave his extra session back, and it stays that way.
+    XCTAssertTrue(
+      waitUntil(timeout: 10) { mounts.map { self.streamSessions($0).count }.reduce(0, +) == 1 })
+    Thread.sleep(forTimeInterval: 3)
+    XCTAssertEqual(mounts.map { streamSessions($0).count }.reduce(0, +), 1)
+    let log = fixture.server?.text ?? ""
+    XCTAssertEqual(log.components(separatedBy: "taking back session").count - 1, 1, log)
+    try sh("echo 'and ann' > \(mounts[0])/chat/post", timeout: 30)
+    XCTAssertTrue(waitUntil(timeout: 15) { tails[1].text.contains("and ann") }, tails[1].text)
   }
 
   /// A board with no session free says so: the mount fails with the board's words, not with

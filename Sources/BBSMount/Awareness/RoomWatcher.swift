@@ -25,6 +25,8 @@ final class RoomWatcher: Sendable {
     /// about three times a second, so it is given up (rooms still count while someone has
     /// them open).
     var pollingBoard = false
+    /// The chat directory is being looked for (or was found).
+    var looking = false
   }
 
   private let feeds: RoomFeeds
@@ -106,7 +108,15 @@ final class RoomWatcher: Sendable {
   /// no listing holds up a board's one-request-at-a-time session, and rooms coming and going
   /// are not reported.
   func start() {
-    if state.withLock({ $0.watch == AwarenessOptions.Watch.none }) { return settle() }
+    let idle = state.withLock { state in
+      // `watch=mine` before the member has read a room sends nothing either.
+      let idle =
+        state.watch == AwarenessOptions.Watch.none
+        || (state.watch == .mine && (mine?.recent(mineCount).isEmpty ?? true))
+      if !idle { state.looking = true }
+      return idle
+    }
+    if idle { return settle() }
     find(among: [["chat"], ["srv", "bbs", "chat"]])
   }
 
@@ -122,11 +132,20 @@ final class RoomWatcher: Sendable {
   /// The member read or posted to a room: with `watch=mine` it may now be watched (and the
   /// room read longest ago no longer).
   func memberRoomsChanged() {
-    let rooms = state.withLock { state in
-      state.watch == .mine && !state.stopped ? state.rooms : nil
+    enum Next { case none, find, apply(Set<String>) }
+    let next = state.withLock { state -> Next in
+      guard state.watch == .mine, !state.stopped else { return .none }
+      if let rooms = state.rooms { return .apply(rooms) }
+      guard !state.looking else { return .none }
+      // The first room the member read: the chat listing is looked for now.
+      state.looking = true
+      return .find
     }
-    guard let rooms else { return }
-    apply(rooms)
+    switch next {
+    case .none: break
+    case .find: find(among: [["chat"], ["srv", "bbs", "chat"]])
+    case .apply(let rooms): apply(rooms)
+    }
   }
 
   /// Whether `room` is to be watched now.

@@ -76,6 +76,7 @@ final class Connection: Sendable {
       id: id, namespace: server.namespace, configuration: server.configuration,
       logger: server.logger,
       wakeQueue: server.wakeQueue, limiter: server.limiter, address: host,
+      admitAttach: { [weak server] user in server?.settleAttach(of: id, as: user) },
       send: { sendAll($0.map(OutgoingFrame.bytes)) })
   }
 

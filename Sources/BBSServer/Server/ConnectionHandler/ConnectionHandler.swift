@@ -66,6 +66,8 @@ final class ConnectionHandler: Sendable {
   /// identity. Nil for local clients (Unix sockets, seqpacket, standard input), whose posting
   /// is not limited.
   let address: String?
+  /// Whether the session's first Tattach may go on (nil) or why not.
+  let admitAttach: @Sendable (String) -> String?
 
   /// Device or gen1: a board's fid, create, remove and wstat rules.
   var device: Bool { configuration.profile.imitatesBoard }
@@ -76,12 +78,16 @@ final class ConnectionHandler: Sendable {
   ///   - send: sends frames in order, atomically with respect to other sends.
   ///   - limiter: the server's posting allowance, shared by every session.
   ///   - address: the client's TCP host or Bluetooth address; nil for a local client.
+  ///   - admitAttach: told the user id of the session's first Tattach; a refusal (`board
+  ///     full: …`) fails that Tattach (see ``BBSServer/settleAttach(of:as:)``).
   init(
     id: Int, namespace: Namespace, configuration: BBSServerConfiguration, logger: Logger,
     wakeQueue: DispatchQueue, limiter: PostingLimiter, address: String?,
+    admitAttach: @escaping @Sendable (String) -> String? = { _ in nil },
     send: @escaping @Sendable ([[UInt8]]) -> Void
   ) {
     self.id = id
+    self.admitAttach = admitAttach
     self.limiter = limiter
     self.address = address
     self.namespace = namespace
