@@ -129,8 +129,8 @@ final class RoomWatcher: Sendable {
     for feed in feeds { feed.release(watching: true) }
   }
 
-  /// The member read or posted to a room: with `watch=mine` it may now be watched (and the
-  /// room read longest ago no longer).
+  /// The member read a room, or how the board answers reads was learned: with `watch=mine`
+  /// the room may now be watched (and the one read longest ago no longer).
   func memberRoomsChanged() {
     enum Next { case none, find, apply(Set<String>) }
     let next = state.withLock { state -> Next in
