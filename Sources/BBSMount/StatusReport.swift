@@ -36,7 +36,10 @@ public struct StatusReport: Codable, Sendable {
 
   public struct Room: Codable, Sendable {
     public var path: String
+    /// Readers with the room open (the watcher not counted).
     public var readers: Int
+    /// Read in the background for `chat/unread` (`-o watch=`); nil from an older daemon.
+    public var watched: Bool?
     public var lines: Int
     /// Seconds since the last line arrived.
     public var lastMessageAge: Double
@@ -94,7 +97,7 @@ extension BBSFileSystem {
     let now = Date()
     let rooms = feeds.status.map {
       StatusReport.Room(
-        path: $0.path, readers: $0.readers, lines: $0.lines,
+        path: $0.path, readers: $0.readers, watched: $0.watched, lines: $0.lines,
         lastMessageAge: now.timeIntervalSince($0.lastMessage),
         unread: awareness.ledger.count(String($0.path.split(separator: "/").last ?? "")))
     }

@@ -128,7 +128,7 @@ struct StatusCommand: ParsableCommand {
     }
     for room in report.rooms {
       text +=
-        "room \(safe(room.path)): \(room.readers) reader(s), \(room.lines) line(s), \(room.unread ?? 0) unread, last \(Int(room.lastMessageAge)) s ago\n"
+        "room \(safe(room.path)): \(room.readers) reader(s)\(room.watched == true ? ", watched" : ""), \(room.lines) line(s), \(room.unread ?? 0) unread, last \(Int(room.lastMessageAge)) s ago\n"
     }
     return text
   }

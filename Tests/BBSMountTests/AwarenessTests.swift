@@ -166,6 +166,9 @@ final class AwarenessTests: XCTestCase {
       }, "after the remount chat/unread is \(last.debugDescription)")
     // Watched quietly: on the session the mount holds anyway, none dialled for it.
     XCTAssertEqual(sessionRoles(again), ["primary"])
+    let status = try runBuilt(
+      "mount9bbs", ["status", again.mountpoint], environment: ["XDG_STATE_HOME": scene.state])
+    XCTAssertTrue(status.output.contains("/chat/lobby: 0 reader(s), watched"), status.output)
     // A reader moves the room off the primary, where it would hold posts back.
     let follower = try background(self, "/usr/bin/tail", ["-f", again.mountpoint + "/chat/lobby"])
     XCTAssertTrue(

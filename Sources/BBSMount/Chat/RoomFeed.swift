@@ -151,8 +151,11 @@ final class RoomFeed: Sendable {
     state.withLock { $0.transcript.modified }
   }
 
-  var status: (readers: Int, lines: Int, lastMessage: Date) {
-    state.withLock { ($0.users, $0.transcript.lineCount, $0.transcript.modified) }
+  /// Readers (the watcher not counted), whether it is watched, lines, the last line's time.
+  var status: (readers: Int, watched: Bool, lines: Int, lastMessage: Date) {
+    state.withLock {
+      ($0.readers, $0.watchers > 0, $0.transcript.lineCount, $0.transcript.modified)
+    }
   }
 
   func read(at offset: UInt64, count: Int) -> [UInt8] {

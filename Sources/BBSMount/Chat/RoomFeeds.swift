@@ -101,11 +101,14 @@ final class RoomFeeds: Sendable {
   }
 
   /// Room feeds, for status output.
-  var status: [(path: String, readers: Int, lines: Int, lastMessage: Date)] {
+  var status: [(path: String, readers: Int, watched: Bool, lines: Int, lastMessage: Date)] {
     let all = feeds.withLock { $0 }
     return all.map { path, feed in
       let status = feed.status
-      return ("/" + path.joined(separator: "/"), status.readers, status.lines, status.lastMessage)
+      return (
+        "/" + path.joined(separator: "/"), status.readers, status.watched, status.lines,
+        status.lastMessage
+      )
     }.sorted { $0.path < $1.path }
   }
 
