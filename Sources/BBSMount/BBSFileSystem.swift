@@ -79,11 +79,7 @@ public final class BBSFileSystem: FuseFileSystem, Sendable {
     remote = Remote(sessions: sessions)
     listings = Self.listingCache(pool: pool, options: options, sessions: sessions, logger: logger)
     feeds = RoomFeeds(
-      pool: pool, historyDirectory: historyDirectory, rawText: options.rawText, logger: logger
-    ) {
-      [handles] feed in
-      for (_, room) in handles.all(RoomHandle.self) where room.feed === feed { room.notifyPoll() }
-    }
+      pool: pool, historyDirectory: historyDirectory, rawText: options.rawText, logger: logger)
     pool.observeStreamRoom { [weak feeds] crowded in feeds?.move(off: crowded) }
     pool.observeStall { [listings] stalled in
       if stalled { listings.answerWaitersFromWhatWasSeen() }

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NinePClient
 import NinePProtocol
+import Synchronization
 import TestSupport
 import XCTest
 
@@ -42,6 +43,25 @@ final class RoomFeedTests: XCTestCase {
 
   /// The first reader's open reads the backlog and, the next read parked, the feed is caught
   /// up; a line said later wakes a reader waiting at the end, and nothing is read twice.
+  /// A growth tells only the readers of that room that asked (poll(2)), until they stop.
+  func testGrowthNotifiesOnlyThatRoomsPollers() {
+    let streams = ScriptedStreams()
+    let lobby = RoomFeed(
+      room: "lobby", path: ["lobby"], pool: streams, localCapacity: 1 << 16, logger: logger)
+    let tech = RoomFeed(
+      room: "tech", path: ["tech"], pool: streams, localCapacity: 1 << 16, logger: logger)
+    let reader = NSObject()
+    let other = NSObject()
+    let told = Mutex([String]())
+    lobby.notifyOnGrowth(reader) { told.withLock { $0.append("lobby reader") } }
+    tech.notifyOnGrowth(other) { told.withLock { $0.append("tech reader") } }
+    lobby.appendLocal(Array("one\n".utf8))
+    XCTAssertEqual(told.withLock { $0 }, ["lobby reader"])
+    lobby.stopNotifying(reader)
+    lobby.appendLocal(Array("two\n".utf8))
+    XCTAssertEqual(told.withLock { $0 }, ["lobby reader"])
+  }
+
   func testTheBacklogThenALineSaidLater() throws {
     let room = ScriptedRoom(waiting: lines(0..<3))
     let streams = ScriptedStreams()

@@ -43,7 +43,7 @@ final class RoomWatcherTests: XCTestCase {
       maxSessions: 2, logger: logger)
     try pool.start()
     let sessions: SessionProvider = { [pool] in pool.session(for: .ordinary, completion: $0) }
-    let feeds = RoomFeeds(pool: pool, historyDirectory: nil, logger: logger) { _ in }
+    let feeds = RoomFeeds(pool: pool, historyDirectory: nil, logger: logger)
     addTeardownBlock {
       feeds.shutdown()
       pool.close()

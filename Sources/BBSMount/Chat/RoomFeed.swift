@@ -39,17 +39,11 @@ final class RoomFeed: Sendable {
 
   /// What the feed tells the rest of the mount, set once after it is made (see ``RoomFeeds``).
   private struct Callbacks {
-    var onGrowth: (@Sendable () -> Void)?
     var onLines: (@Sendable (_ lines: [UInt8], _ end: UInt64) -> Void)?
     var onBacklogIncomplete: (@Sendable () -> Void)?
     var onParking: (@Sendable (_ parks: Bool) -> Void)?
   }
 
-  /// Called (outside the lock) whenever the transcript grows: poll wake-ups.
-  var onGrowth: (@Sendable () -> Void)? {
-    get { callbacks.withLock { $0.onGrowth } }
-    set { callbacks.withLock { $0.onGrowth = newValue } }
-  }
   /// Called (outside the lock, in order) with what the server's reads added and the
   /// transcript offset they end at: the watcher's unread counts, mentions and events (see
   /// Awareness/). Readers may have read them already: they are in the transcript first.
@@ -138,7 +132,27 @@ final class RoomFeed: Sendable {
     let (local, ready) = state.withLock { ($0.isLocal, $0.appendLocal(data)) }
     guard local else { return }
     for callback in ready { callback() }
-    onGrowth?()
+    notifyPollers()
+  }
+
+  // MARK: Readers in poll(2)
+
+  /// The readers to tell when the transcript grows (those that called poll(2)), by reader:
+  /// the room's own index, so a growth wakes only its readers.
+  private let pollers = Mutex<[ObjectIdentifier: @Sendable () -> Void]>([:])
+
+  /// Calls `notify` (outside the lock) whenever the transcript grows, until
+  /// ``stopNotifying(_:)`` with the same `reader`.
+  func notifyOnGrowth(_ reader: AnyObject, _ notify: @escaping @Sendable () -> Void) {
+    pollers.withLock { $0[ObjectIdentifier(reader)] = notify }
+  }
+
+  func stopNotifying(_ reader: AnyObject) {
+    _ = pollers.withLock { $0.removeValue(forKey: ObjectIdentifier(reader)) }
+  }
+
+  private func notifyPollers() {
+    for notify in pollers.withLock({ Array($0.values) }) { notify() }
   }
 
   // MARK: What readers see
@@ -318,7 +332,7 @@ final class RoomFeed: Sendable {
       case .observe(let data, let end):
         onLines?(data, end)
       case .grew(let data):
-        onGrowth?()
+        notifyPollers()
         // After the readers: one read is in flight per feed, so appends keep their order.
         history?.append(data)
       case .log(let level, let message):

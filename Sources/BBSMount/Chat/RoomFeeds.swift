@@ -32,21 +32,17 @@ final class RoomFeeds: Sendable {
   private let rawText: Bool
   private let logger: Logger
   private let feeds = Mutex<[[String]: RoomFeed]>([:])
-  /// Called when a feed's transcript grows (poll wake-ups).
-  private let onGrowth: @Sendable (RoomFeed) -> Void
   /// Told of every room's lines and incomplete backlogs (the watcher of Awareness/).
   private let observer = Mutex<(any RoomFeedObserver)?>(nil)
 
   init(
     pool sessions: any StreamSessions, historyDirectory: String?, rawText: Bool = false,
-    logger: Logger,
-    onGrowth: @escaping @Sendable (RoomFeed) -> Void
+    logger: Logger
   ) {
     self.sessions = sessions
     self.historyDirectory = historyDirectory
     self.rawText = rawText
     self.logger = logger
-    self.onGrowth = onGrowth
   }
 
   /// The feed of the room at `path`, made if it has none yet.
@@ -59,10 +55,6 @@ final class RoomFeeds: Sendable {
     let feed = RoomFeed(
       room: room, path: path, sessions: sessions, history: history, rawText: rawText, logger: logger
     )
-    feed.onGrowth = { [weak feed, onGrowth] in
-      guard let feed else { return }
-      onGrowth(feed)
-    }
     feed.onLines = { [weak self, weak feed] data, end in
       guard let feed, let observer = self?.currentObserver else { return }
       observer.feed(feed, received: data, endingAt: end)

@@ -165,6 +165,7 @@ final class RoomHandle: OpenHandle {
   }
 
   func release() {
+    feed.stopNotifying(self)
     feed.release()
     poster?.release()
   }
@@ -214,7 +215,11 @@ final class RoomHandle: OpenHandle {
   }
 
   func keep(_ handle: FusePollHandle) {
-    position.withLock { $0.pollHandle = handle }
+    let first = position.withLock { position in
+      defer { position.pollHandle = handle }
+      return position.pollHandle == nil
+    }
+    if first { feed.notifyOnGrowth(self) { [weak self] in self?.notifyPoll() } }
   }
 
   func notifyPoll() {
