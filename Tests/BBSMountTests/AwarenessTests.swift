@@ -308,6 +308,26 @@ final class AwarenessTests: XCTestCase {
   /// Each open of a stream starts with a line of its own and returns at once, so no reader
   /// loses the first event: not `tail -n 0 -f` (it skips what the size counts at the open),
   /// not `tail -f`, `cat` or a `while read` loop; and a shell's `exec 3<` does not hang.
+  /// poll(2) on `chat/events` wakes for the next event (a program waiting on several streams
+  /// with poll or select, not blocked in read).
+  func testPollOnEventsWakesForTheNextEvent() throws {
+    let scene = try scene()
+    let fd = open(scene.alicePath("chat/events"), O_RDONLY | O_NONBLOCK)
+    XCTAssertGreaterThanOrEqual(fd, 0)
+    defer { close(fd) }
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    while read(fd, &buffer, buffer.count) > 0 {}
+    var waiting = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+    XCTAssertEqual(poll(&waiting, 1, 0), 0, "readable with nothing new")
+    try post("wake up", to: scene.bobPath("chat/lobby"))
+    waiting.revents = 0
+    // Not woken, poll looks once more only when its time is up (10 s): an event takes ms.
+    let started = Date()
+    XCTAssertEqual(poll(&waiting, 1, 10_000), 1, "poll did not wake for an event")
+    XCTAssertLessThan(Date().timeIntervalSince(started), 5, "poll woke only at its timeout")
+    XCTAssertNotEqual(waiting.revents & Int16(POLLIN), 0)
+  }
+
   func testTheFirstEventReachesEveryReaderAndOpensDoNotWait() throws {
     let scene = try scene()
     try waitForUnread(scene, "lobby 0\ntech 0\n")
