@@ -80,11 +80,14 @@ let package = Package(
       name: "FuseKit",
       dependencies: ["CFuse3", .product(name: "Logging", package: "swift-log")]),
 
+    // Text from a server made safe to print and to paste (names, error strings, room lines).
+    .target(name: "TerminalText"),
+
     // The FUSE adapter: the BBS as a file system.
     .target(
       name: "BBSMount",
       dependencies: [
-        "FuseKit", "NinePProtocol", "NinePTransport", "NinePClient", "CSdBus",
+        "FuseKit", "NinePProtocol", "NinePTransport", "NinePClient", "CSdBus", "TerminalText",
         .product(name: "Logging", package: "swift-log"),
         .product(name: "DequeModule", package: "swift-collections"),
       ]),
@@ -101,7 +104,7 @@ let package = Package(
     // completion, wrapping, scrollback, the files' formats) and an ncursesw view.
     .target(
       name: "ChatTerminal",
-      dependencies: ["CNcursesw", "BBSMount"]),
+      dependencies: ["CNcursesw", "TerminalText"]),
 
     // A user-space link emulator (delay, rate, SDU size) between clients and a server socket.
     .target(name: "LinkEmulation", dependencies: ["NinePTransport"]),
@@ -111,7 +114,7 @@ let package = Package(
       name: "Mount9BBSCommand",
       dependencies: [
         "BBSMount", "FuseKit", "BBSServer", "NinePClient", "NinePTransport", "BBSDiscovery",
-        "BBSIdentity", "CSdBus", "ChatTerminal",
+        "BBSIdentity", "CSdBus", "ChatTerminal", "TerminalText",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ]),
@@ -154,10 +157,11 @@ let package = Package(
       name: "BBSMountTests",
       dependencies: [
         "BBSMount", "FuseKit", "NinePClient", "BBSServer", "BBSIdentity", "TestSupport",
+        "TerminalText",
       ]),
     .testTarget(
       name: "ChatTerminalTests",
-      dependencies: ["ChatTerminal", "BBSMount", "TestSupport"]),
+      dependencies: ["ChatTerminal", "TestSupport"]),
     .testTarget(
       name: "BBSDiscoveryTests",
       dependencies: ["BBSDiscovery", "BBSIdentity", "NinePTransport", "TestSupport"]),

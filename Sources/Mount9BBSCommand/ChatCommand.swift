@@ -3,6 +3,7 @@ import BBSMount
 import ChatTerminal
 import Foundation
 import FuseKit
+import TerminalText
 
 /// `mount9bbs chat [MOUNTPOINT] [ROOM]`: the chat in one terminal, on the mount's files.
 struct ChatCommand: ParsableCommand {

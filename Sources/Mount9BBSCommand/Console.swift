@@ -1,5 +1,6 @@
 import BBSMount
 import Foundation
+import TerminalText
 
 #if canImport(Glibc)
   import Glibc

@@ -3,6 +3,7 @@ import CSdBus
 import Foundation
 import Logging
 import Synchronization
+import TerminalText
 
 /// Where the mount daemon's messages go.
 ///

@@ -6,6 +6,7 @@ import BBSIdentity
 import BBSMount
 import Foundation
 import NinePTransport
+import TerminalText
 
 /// Writes scan results to stdout (text or JSON lines) and status lines to stderr.
 final class ScanReport {

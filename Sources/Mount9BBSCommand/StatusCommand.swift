@@ -2,6 +2,7 @@ import ArgumentParser
 import BBSMount
 import Foundation
 import FuseKit
+import TerminalText
 
 /// `mount9bbs status [MOUNTPOINT] [--json]`: the link, sessions, outbox and rooms of a mount,
 /// or of every mount9bbs mount of the user.

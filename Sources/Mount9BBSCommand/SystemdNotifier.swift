@@ -1,6 +1,7 @@
 import BBSMount
 import CSdBus
 import NinePClient
+import TerminalText
 
 /// Tells systemd how the mount is, for a `Type=notify` unit (`mount9bbs@.service`): READY=1
 /// once the kernel has the mount, STATUS= with the link whenever it changes, STOPPING=1 when

@@ -1,5 +1,5 @@
-import BBSMount
 import Foundation
+import TerminalText
 import TestSupport
 import XCTest
 

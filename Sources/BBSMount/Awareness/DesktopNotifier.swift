@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import Logging
 import Synchronization
+import TerminalText
 
 /// `-o notify=`: desktop notifications through org.freedesktop.Notifications on the user's
 /// session bus.

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import TerminalText
 
 /// One thing `chat/events` reports.
 public enum AwarenessEvent: Sendable, Equatable {

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import Logging
 import Synchronization
+import TerminalText
 
 /// `-o notify-command=CMD`: runs CMD once per mention with `ROOM`, `AUTHOR`, `TEXT` and `BOARD`
 /// (the board as the user mounted it) in its environment.

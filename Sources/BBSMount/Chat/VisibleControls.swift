@@ -1,3 +1,5 @@
+import TerminalText
+
 /// Other users' control characters in room lines, made visible: what reaches a reader's
 /// terminal through `tail -f` or `cat` of a room is text, never a command to the terminal.
 ///

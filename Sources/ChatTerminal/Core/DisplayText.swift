@@ -1,5 +1,5 @@
-import BBSMount
 import CNcursesw
+import TerminalText
 
 /// Text as the chat pane shows it: other users' control characters and escape sequences as
 /// visible text (``TerminalText``'s form, so a line looks as `tail -f` shows it), tabs as

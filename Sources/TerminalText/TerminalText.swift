@@ -72,10 +72,10 @@ public enum TerminalText {
 
   /// A control character (C0, DEL, C1) or a bidirectional override: what a terminal acts on
   /// or shows other than as written.
-  static func isUnsafe(_ scalar: Unicode.Scalar) -> Bool { isUnsafe(scalar.value) }
+  public static func isUnsafe(_ scalar: Unicode.Scalar) -> Bool { isUnsafe(scalar.value) }
 
   /// ``isUnsafe(_:)`` of a scalar value (for bytes being decoded).
-  static func isUnsafe(_ value: UInt32) -> Bool {
+  public static func isUnsafe(_ value: UInt32) -> Bool {
     switch value {
     case 0x00...0x1F, 0x7F...0x9F, 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
     default: false
@@ -83,7 +83,7 @@ public enum TerminalText {
   }
 
   /// The visible form of an unsafe scalar value: `\x1B` up to 0xFF, `\u{202E}` above.
-  static func visibleEscape(_ value: UInt32) -> String {
+  public static func visibleEscape(_ value: UInt32) -> String {
     value <= 0xFF ? "\\x" + hex(value, width: 2) : "\\u{" + hex(value, width: 4) + "}"
   }
 
