@@ -3,10 +3,10 @@
 // Nothing here knows FUSE. Every operation takes a session from a ``SessionProvider`` (the
 // pool's primary session in the mount), sends its requests through NinePClient's callback API
 // and completes on the session's reader thread with a `Result`; the caller (BBSFileSystem, a
-// handle, the Board's sender) turns that into a FUSE reply. ``Session/walkOpen(_:mode:
-// completion:)`` is the one walk-open-clunk-on-failure sequence: room feeds, listings, the post
-// channel and ``RemoteFile`` reopening after a reconnect all use it. ``RemoteFile`` is a server
-// file open on a fid, reopened on the new session after the link comes back.
+// handle, the Board's sender) turns that into a FUSE reply. NinePClient's `Session.walkOpen` is
+// the one walk-open-clunk-on-failure sequence: room feeds, listings, the post channel and
+// ``RemoteFile`` reopening after a reconnect all use it. ``RemoteFile`` is a server file open on
+// a fid, reopened on the new session after the link comes back.
 
 import Foundation
 import NinePClient
@@ -18,130 +18,12 @@ typealias SessionProvider =
     @escaping @Sendable (Result<Session, NinePError>) -> Void
   ) -> Void
 
-extension NinePError {
-  /// The link failed, not the request: the server may well answer later.
-  var isLinkFailure: Bool {
-    switch self {
-    case .sessionClosed, .transport, .timedOut: true
-    default: false
-    }
-  }
-}
-
 extension Result where Failure == NinePError {
   /// 0 on success, else the error's errno: what a FUSE reply wants.
   var errnoValue: Int32 {
     switch self {
     case .success: 0
     case .failure(let error): error.errno
-    }
-  }
-}
-
-/// A fid walked to a path and opened (or created there).
-struct OpenedFid: Sendable {
-  let fid: Fid
-  let opened: OpenResult
-}
-
-extension Session {
-  /// Walks to `path` and opens the new fid with `mode`. If the open fails the fid is clunked
-  /// and the open's error returned; the walk's error is returned as it is.
-  func walkOpen(
-    _ path: [String], mode: OpenMode,
-    completion: @escaping @Sendable (Result<OpenedFid, NinePError>) -> Void
-  ) {
-    walk(
-      path, keeping: { [self] fid, done in open(fid, mode: mode, completion: done) },
-      completion: completion)
-  }
-
-  /// Walks to `directory` and creates `name` there, open with `mode`. If the create fails the
-  /// fid is clunked and the create's error returned.
-  func walkCreate(
-    _ directory: [String], name: String, perm: FileMode, mode: OpenMode,
-    completion: @escaping @Sendable (Result<OpenedFid, NinePError>) -> Void
-  ) {
-    walk(
-      directory,
-      keeping: { [self] fid, done in
-        create(fid, name: name, perm: perm, mode: mode, completion: done)
-      }, completion: completion)
-  }
-
-  /// Walks to `path` and opens the new fid by `step` (an open or a create), keeping it open
-  /// on success; a failed step clunks it.
-  private func walk(
-    _ path: [String],
-    keeping step:
-      @escaping @Sendable (
-        Fid, @escaping @Sendable (Result<OpenResult, NinePError>) -> Void
-      ) -> Void,
-    completion: @escaping @Sendable (Result<OpenedFid, NinePError>) -> Void
-  ) {
-    walk(path) { [self] walked in
-      switch walked {
-      case .failure(let error):
-        completion(.failure(error))
-      case .success(let result):
-        Self.stepping(result.fid, step, waitingFor: Self.transientWaits[...]) { [self] opened in
-          switch opened {
-          case .failure(let error):
-            clunk(result.fid)
-            completion(.failure(error))
-          case .success(let info):
-            completion(.success(OpenedFid(fid: result.fid, opened: info)))
-          }
-        }
-      }
-    }
-  }
-
-  /// How long an open the server refused for now waits before each new try (about 1.5 s in
-  /// all): a files area at its cap of open files is usually waiting for closes of ours that
-  /// are still on their way (the kernel releases a closed file after `close` returns), and
-  /// open(2) with EAGAIN is an answer programs do not expect of a file.
-  static let transientWaits: [Duration] = [10, 20, 40, 80, 160, 320, 500, 500].map {
-    .milliseconds($0)
-  }
-
-  /// Runs `step` on `fid`, again after each of `waits` while the server answers "resource
-  /// temporarily unavailable" (EAGAIN); the last answer is the result.
-  private static func stepping(
-    _ fid: Fid,
-    _ step:
-      @escaping @Sendable (
-        Fid, @escaping @Sendable (Result<OpenResult, NinePError>) -> Void
-      ) -> Void,
-    waitingFor waits: ArraySlice<Duration>,
-    completion: @escaping @Sendable (Result<OpenResult, NinePError>) -> Void
-  ) {
-    step(fid) { result in
-      guard case .failure(let error) = result, case .server = error, error.errno == EAGAIN,
-        let wait = waits.first
-      else { return completion(result) }
-      DispatchQueue.global().asyncAfter(deadline: .now() + wait.timeInterval) {
-        stepping(fid, step, waitingFor: waits.dropFirst(), completion: completion)
-      }
-    }
-  }
-
-  /// Walks to `path`, lets `body` use the fid and clunks it when `body` is done.
-  func withWalk<T: Sendable>(
-    _ path: [String],
-    _ body: @escaping @Sendable (Fid, @escaping @Sendable (Result<T, NinePError>) -> Void) -> Void,
-    completion: @escaping @Sendable (Result<T, NinePError>) -> Void
-  ) {
-    walk(path) { [self] walked in
-      switch walked {
-      case .failure(let error):
-        completion(.failure(error))
-      case .success(let result):
-        body(result.fid) { [self] outcome in
-          clunk(result.fid)
-          completion(outcome)
-        }
-      }
     }
   }
 }
