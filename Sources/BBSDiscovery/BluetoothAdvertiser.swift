@@ -10,9 +10,10 @@ import Logging
 import Synchronization
 
 /// Registers a board's LE advertisement and 9PIS service with bluetoothd and serves them.
+///
+/// Sendable by hand (`@unchecked`): `bus` and `served` are set up by start() before the thread
+/// runs, then used by that thread only; stop() waits for it to end before letting them go.
 public final class BluetoothAdvertiser: @unchecked Sendable {
-  // @unchecked: `bus` and `served` are set up by start() before the thread runs, then used by
-  // that thread only; stop() waits for it to end before letting them go.
 
   /// What the board says about itself, one value per 9PIS characteristic.
   public let information: [NinePInformationService.Characteristic: String]

@@ -10,9 +10,10 @@ import Glibc
 /// answered everything with `EIO`). Each reply method returns whether it was the one that went
 /// out. A request's memory belongs to libfuse until the reply, so nothing here touches it
 /// after that.
+///
+/// Sendable by hand (`@unchecked`, `OpaquePointer` is not Sendable): `raw` is only handed to
+/// libfuse while its FuseUserdata knows it is outstanding, under the core's gate.
 public struct FuseRequest: @unchecked Sendable, Hashable {
-  // @unchecked: `raw` is only handed to libfuse while its FuseUserdata knows it is
-  // outstanding, under the core's gate.
   let raw: OpaquePointer
   /// Unique within the mount (pointers are reused by libfuse; ids are not).
   public let id: UInt64
