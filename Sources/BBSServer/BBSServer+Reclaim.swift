@@ -50,15 +50,20 @@ extension BBSServer {
   /// user holding the most) is taken back for it.
   func settleAttach(of id: Int, as user: String) -> String? {
     guard case .refuse(let limit) = configuration.connectionLimit else { return nil }
-    let outcome = state.withLock { state -> (refusal: String?, victim: Connection?) in
+    // Guests (id "") are different people: each guest session counts as a user of its own.
+    let user = user.isEmpty ? "\u{0}guest \(id)" : user
+    let outcome = state.withLock {
+      state -> (refusal: String?, victim: Connection?, why: String) in
       if state.users[id] == nil { state.users[id] = user }
-      guard state.probation.contains(id) else { return (nil, nil) }
+      guard state.probation.contains(id) else { return (nil, nil, "") }
       let others = state.users.filter {
         $0.key != id && !state.probation.contains($0.key) && !state.reclaimed.contains($0.key)
       }
       let refusal = "board full: all \(limit) sessions in use"
       // An extra session of a member already in takes nobody's place.
-      guard !others.values.contains(user) else { return (refusal, nil) }
+      guard !others.values.contains(user) else {
+        return (refusal, nil, "its user holds a session already")
+      }
       var held: [String: [Int]] = [:]
       for (connection, holder) in others { held[holder, default: []].append(connection) }
       // The member holding the most, the one whose newest session is newest of equals.
@@ -66,18 +71,18 @@ extension BBSServer {
         let most = held.filter({ $0.value.count > 1 }).max(by: {
           ($0.value.count, $0.value.max() ?? 0) < ($1.value.count, $1.value.max() ?? 0)
         }), let newest = most.value.max(), let victim = state.connections[newest]
-      else { return (refusal, nil) }
+      else { return (refusal, nil, "no user holds more than one session now") }
       state.probation.remove(id)
       state.reclaimed.insert(newest)
-      return (nil, victim)
+      return (nil, victim, "")
     }
     if let victim = outcome.victim {
       logger.notice(
-        "9bbsd: board full: taking back session \(victim.id) of a member holding several, for session \(id) of \(LogText.escaped(user)), who had none"
+        "9bbsd: board full: taking back session \(victim.id) of a member holding several, for session \(id), whose user had none"
       )
       victim.close(reason: "taken back for a member with no session (board full)")
     } else if let refusal = outcome.refusal {
-      logger.info("session \(id): attach as \(LogText.escaped(user)) refused: \(refusal)")
+      logger.info("session \(id): attach refused: \(refusal) (\(outcome.why))")
     }
     return outcome.refusal
   }
