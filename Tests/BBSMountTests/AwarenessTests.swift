@@ -69,13 +69,21 @@ final class AwarenessTests: XCTestCase {
     try String(contentsOfFile: scene.alicePath("chat/unread"), encoding: .utf8)
   }
 
-  /// Waits (bounded) for `chat/unread` to read `expected`.
+  /// Waits (bounded) for alice's `chat/unread` to read `expected`.
   private func waitForUnread(
     _ scene: Scene, _ expected: String, file: StaticString = #filePath, line: UInt = #line
   ) throws {
+    waitForUnread(of: scene.alice, expected, file: file, line: line)
+  }
+
+  /// Waits (bounded) for `chat/unread` of `mount` to read `expected`.
+  private func waitForUnread(
+    of mount: MountProcess, _ expected: String, file: StaticString = #filePath,
+    line: UInt = #line
+  ) {
     var last = ""
     let seen = waitUntil(timeout: 10, interval: 0.05) {
-      last = (try? unread(scene)) ?? ""
+      last = (try? String(contentsOfFile: mount.mountpoint + "/chat/unread", encoding: .utf8)) ?? ""
       return last == expected
     }
     XCTAssertTrue(
@@ -157,13 +165,7 @@ final class AwarenessTests: XCTestCase {
     scene.alice.stop()
     try post("three", to: scene.bobPath("chat/lobby"))
     let again = try mountAlice(scene.rig, options: [], state: scene.state)
-    let unreadPath = again.mountpoint + "/chat/unread"
-    var last = ""
-    XCTAssertTrue(
-      waitUntil(timeout: 10, interval: 0.05) {
-        last = (try? String(contentsOfFile: unreadPath, encoding: .utf8)) ?? ""
-        return last == "lobby 3\n"
-      }, "after the remount chat/unread is \(last.debugDescription)")
+    waitForUnread(of: again, "lobby 3\n")
     // Watched quietly: on the session the mount holds anyway, none dialled for it.
     XCTAssertEqual(sessionRoles(again), ["primary"])
     let status = try runBuilt(
@@ -176,10 +178,7 @@ final class AwarenessTests: XCTestCase {
       "the followed room stayed on the primary: \(sessionRoles(again))")
     try post("four", to: scene.bobPath("chat/lobby"))
     XCTAssertTrue(waitUntil(timeout: 10) { follower.text.contains("four") }, follower.text)
-    XCTAssertTrue(
-      waitUntil(timeout: 10, interval: 0.05) {
-        (try? String(contentsOfFile: unreadPath, encoding: .utf8)) == "lobby 0\n"
-      })
+    waitForUnread(of: again, "lobby 0\n")
     scene.rig.assertNoViolations()
   }
 
