@@ -156,7 +156,7 @@ public final class BBSFileSystem: FuseFileSystem, Sendable {
   private func connectPosts() {
     // A post sent again after the link died under it may land twice: the room shows it once.
     posts.observeResends { [feeds] directory, payload in
-      let room = PostChannel.room(of: payload)
+      let room = PostQueue.room(of: payload)
       guard !room.isEmpty, let feed = feeds.existing(directory + [room]) else { return }
       var text = payload.drop { $0 != UInt8(ascii: ":") }.dropFirst()
       while text.last == UInt8(ascii: "\n") { text = text.dropLast() }

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NinePClient
 import NinePProtocol
+import Synchronization
 
 /// What became of a post that went through the outbox: for `chat/events` and the log.
 ///
@@ -48,50 +49,30 @@ struct QueuedPost: Sendable, Equatable {
 /// room readers drop such a repeat (``RepeatFilter``, told by ``observeResends(_:)``); other
 /// clients may see the line twice.
 ///
-/// `@unchecked Sendable`: every var is read and written under `lock` (an NSLock, not a
-/// Mutex: its sections collect actions that run after the unlock, across several helpers).
-final class PostChannel: @unchecked Sendable {
+/// The rules live in ``PostQueue``, a value; this class holds it under a lock and performs the
+/// actions its events return after the unlock: Twrites, outbox files and their fsyncs,
+/// answers to writers, events and timers. Nothing is called out while the lock is held.
+///
+final class PostChannel: Sendable {
   typealias Completion = @Sendable (Result<Void, NinePError>) -> Void
 
   /// How long a writer waits for the server before its posts go to the outbox.
   static let defaultPatience: Duration = .seconds(2)
 
-  /// The posts of one `write()`: the writer is answered once each is delivered or stored.
-  private final class Writer {
-    var completion: Completion?
-    var waiting: Int
-    init(_ completion: @escaping Completion, waiting: Int) {
-      self.completion = completion
-      self.waiting = waiting
-    }
+  private struct State {
+    var queue: PostQueue
+    /// The completion of each writer ``PostQueue`` has not answered yet.
+    var writers: [PostQueue.WriterID: Completion] = [:]
   }
 
-  private struct Item {
-    let id: UInt64
-    let payload: [UInt8]
-    let directory: [String]
-    let queued: Date
-    var attempts = 0
-    var lastError: String?
-    /// Its Twrite was on the wire when the link died: it may have landed.
-    var uncertain = false
-    /// Set once it is on disk.
-    var entry: Outbox.Entry?
-    /// Nil once the writer has been answered for this post.
-    var writer: Writer?
-    var room: String { PostChannel.room(of: payload) }
+  private struct Observers {
+    var events: [@Sendable (PostEvent) -> Void] = []
+    var resends: [@Sendable (_ directory: [String], _ payload: [UInt8]) -> Void] = []
+    var sends: [@Sendable (_ payloads: [[UInt8]]) -> Void] = []
   }
 
-  /// Guards every var below; `Writer`s and `Item`s are touched only under it too.
-  private let lock = NSLock()
-  /// Posts not yet acknowledged, in order; the first is on the wire while `sending`.
-  private var queue: [Item] = []
-  private var nextID: UInt64 = 1
-  private var sending = false
-  private var retryScheduled = false
-  private var observers: [@Sendable (PostEvent) -> Void] = []
-  private var resendObservers: [@Sendable (_ directory: [String], _ payload: [UInt8]) -> Void] = []
-  private var sendObservers: [@Sendable (_ payloads: [[UInt8]]) -> Void] = []
+  private let state: Mutex<State>
+  private let observers = Mutex(Observers())
   private let wire: PostWire
   private let linkIsUp: @Sendable () -> Bool
   let outbox: Outbox?
@@ -109,18 +90,12 @@ final class PostChannel: @unchecked Sendable {
     self.linkIsUp = linkIsUp
     self.patience = patience
     self.logger = logger
-    for entry in outbox?.all ?? [] {
-      queue.append(
-        Item(
-          id: nextID, payload: entry.payload, directory: entry.chatDirectory,
-          queued: entry.queued, lastError: "left by an earlier mount", entry: entry))
-      nextID += 1
-    }
+    state = Mutex(State(queue: PostQueue(keepsPosts: outbox != nil, left: outbox?.all ?? [])))
   }
 
   /// Calls `observer` for every ``PostEvent`` (on the thread that caused it, outside locks).
   func observe(_ observer: @escaping @Sendable (PostEvent) -> Void) {
-    lock.withLock { observers.append(observer) }
+    observers.withLock { $0.events.append(observer) }
   }
 
   /// Calls `observer` with a post's chat directory and `room:text` payload just before it is
@@ -128,238 +103,92 @@ final class PostChannel: @unchecked Sendable {
   func observeResends(
     _ observer: @escaping @Sendable (_ directory: [String], _ payload: [UInt8]) -> Void
   ) {
-    lock.withLock { resendObservers.append(observer) }
+    observers.withLock { $0.resends.append(observer) }
   }
 
   /// Calls `observer` with the `room:text` payloads of every ``send(_:chatDirectory:completion:)``
   /// (Awareness/ learns the user's name from their echo).
   func observeSends(_ observer: @escaping @Sendable (_ payloads: [[UInt8]]) -> Void) {
-    lock.withLock { sendObservers.append(observer) }
+    observers.withLock { $0.sends.append(observer) }
   }
 
   /// The posts in the outbox, oldest first.
-  var queuedPosts: [QueuedPost] {
-    lock.withLock {
-      queue.filter { $0.entry != nil }.map {
-        QueuedPost(room: $0.room, queued: $0.queued, attempts: $0.attempts, lastError: $0.lastError)
-      }
-    }
-  }
+  var queuedPosts: [QueuedPost] { state.withLock { $0.queue.queuedPosts } }
 
   /// Sends posts (each `room:text`) in order; completes when the server has them, or when
   /// they are safe in the outbox.
   func send(_ payloads: [[UInt8]], chatDirectory: [String], completion: @escaping Completion) {
-    if payloads.isEmpty { return completion(.success(())) }
-    for observer in lock.withLock({ sendObservers }) { observer(payloads) }
+    if !payloads.isEmpty {
+      for observer in observers.withLock({ $0.sends }) { observer(payloads) }
+    }
     let up = linkIsUp()
-    guard outbox != nil || up else {
-      // No outbox (`-o outbox=off`): an offline post fails at once.
-      return completion(.failure(.sessionClosed(reason: "the link is down")))
+    let actions = state.withLock { state in
+      let (writer, actions) = state.queue.write(
+        payloads, directory: chatDirectory, at: Date(), linkIsUp: up)
+      state.writers[writer] = completion
+      return actions
     }
-    let writer = Writer(completion, waiting: payloads.count)
-    var deferred: [() -> Void] = []
-    lock.lock()
-    for payload in payloads {
-      queue.append(
-        Item(
-          id: nextID, payload: payload, directory: chatDirectory, queued: Date(), writer: writer))
-      nextID += 1
-    }
-    let last = nextID - 1
-    let storedAhead = queue.contains { $0.entry != nil }
-    if outbox != nil && (!up || storedAhead) {
-      // Nothing to wait for: the link is down, or stored posts go first.
-      deferred = storeLocked(through: last, reason: up ? "behind queued posts" : "link down")
-    }
-    lock.unlock()
-    for action in deferred { action() }
-    if outbox != nil {
-      DispatchQueue.global().asyncAfter(deadline: .now() + patience.timeInterval) { [self] in
-        let seconds = Int(patience.timeInterval.rounded())
-        let actions = lock.withLock {
-          storeLocked(through: last, reason: "no answer from the server in \(seconds) s")
-        }
-        for action in actions { action() }
-      }
-    }
-    pump()
+    perform(actions)
   }
 
   /// Sends what waits in the outbox (the link came back, or the mount started).
   func drain() {
-    pump()
+    perform([.pump])
   }
 
-  // MARK: The sender
+  // MARK: Performing actions
 
-  /// Sends the first post of the queue unless one is on the wire or the link is down.
-  private func pump() {
-    lock.lock()
-    guard !sending, !queue.isEmpty, linkIsUp() else { return lock.unlock() }
-    sending = true
-    queue[0].attempts += 1
-    let (id, payload, directory) = (queue[0].id, queue[0].payload, queue[0].directory)
-    let resend = queue[0].uncertain ? resendObservers : []
-    lock.unlock()
-    for observer in resend { observer(directory, payload) }
-    wire.post(payload, directory: directory) { [self] result in finished(id, result) }
-  }
-
-  private func finished(_ id: UInt64, _ result: Result<Void, NinePError>) {
-    var deferred: [() -> Void] = []
-    var again = true
-    lock.lock()
-    sending = false
-    guard let index = queue.firstIndex(where: { $0.id == id }) else {
-      lock.unlock()
-      return pump()
+  /// Performs `actions` in order, and those that follow from them (a store's next store, a
+  /// send's next send when the wire answers at once), without recursing.
+  private func perform(_ actions: [PostQueue.Action]) {
+    var work = actions[...]
+    while let action = work.popFirst() {
+      let next = perform(action)
+      if !next.isEmpty { work = (next + work)[...] }
     }
-    let item = queue[index]
-    switch result {
-    case .success:
-      queue.remove(at: index)
-      if let entry = item.entry {
-        outbox?.remove(entry)
-        let left = queue.count(where: { $0.entry != nil })
-        let room = item.room
-        deferred.append { [self] in
-          logger.info("sent a post to \(room) from the outbox (\(left) left)")
-          emit(.sent(room: room))
-        }
+  }
+
+  /// Performs one action; returns the actions of the event it caused, if any.
+  private func perform(_ action: PostQueue.Action) -> [PostQueue.Action] {
+    switch action {
+    case .pump:
+      let up = linkIsUp()
+      return state.withLock { $0.queue.nextSend(linkIsUp: up) }
+    case .send(let id, let payload, let directory):
+      wire.post(payload, directory: directory) { [self] result in
+        perform(state.withLock { $0.queue.finished(id, result) })
       }
-      deferred += answerLocked(item.writer, .success(()))
-    case .failure(let error) where error.isLinkFailure:
-      let kept = linkLostLocked(at: index, error)
-      deferred += kept.actions
-      again = kept.sendNext
-    case .failure(let error):
-      queue.remove(at: index)
-      if item.entry == nil {
-        // Refused as it was written: the writer gets the errno, the log and chat/events why.
-        let room = item.room
-        let why = PostRefusal.explain(error, payload: item.payload)
-        deferred.append { [self] in
-          logger.warning("the board refused a post to \(room): \(why)")
-          emit(.refused(room: room, reason: why))
-        }
-      }
-      if let entry = item.entry {
-        outbox?.reject(entry)
-        let room = item.room
-        let directory = outbox?.directory ?? ""
-        deferred.append { [self] in
-          logger.error(
-            "the server refused a post to \(room) from the outbox (\(error)); kept in \(directory)/rejected"
-          )
-          emit(.failed(room: room, reason: error.description))
-        }
-      }
-      deferred += failWriterLocked(item.writer, error)
-    }
-    lock.unlock()
-    for action in deferred { action() }
-    if again { pump() }
-  }
-
-  /// The link died under the post at `index` (it may have landed): without an outbox it and
-  /// every post behind it fail; with one, all are kept for the link's return. Lock held.
-  private func linkLostLocked(
-    at index: Int, _ error: NinePError
-  ) -> (actions: [() -> Void], sendNext: Bool) {
-    queue[index].lastError = error.description
-    queue[index].uncertain = true
-    let item = queue[index]
-    var deferred: [() -> Void] = []
-    guard outbox != nil else {
-      // Nowhere to keep them: this post and every one waiting behind it fail now.
-      let writers = queue.compactMap(\.writer)
-      queue.removeAll()
-      for writer in writers { deferred += failWriterLocked(writer, error) }
-      return (deferred, true)
-    }
-    let room = item.room
-    deferred.append { [self] in
-      logger.notice(
-        """
-        link lost while sending a post to \(room) (\(error)); kept in the outbox, sent \
-        again when the link is back
-        """)
-    }
-    // Down: everything waiting is kept, and sent when the link is back.
-    deferred += storeLocked(through: queue.last?.id ?? item.id, reason: error.description)
-    if !retryScheduled {
-      // The pool's next "up" drains; this covers a link that never counted as down.
-      retryScheduled = true
-      let delay = min(30, pow(2, Double(min(item.attempts, 5))))
-      DispatchQueue.global().asyncAfter(deadline: .now() + delay) { [self] in
-        lock.withLock { retryScheduled = false }
-        pump()
-      }
-    }
-    return (deferred, false)
-  }
-
-  // MARK: Answering writers, storing posts
-
-  /// Counts one post of `writer` as done; answers it with `result` when it was the last.
-  private func answerLocked(_ writer: Writer?, _ result: Result<Void, NinePError>) -> [() -> Void] {
-    guard let writer, let completion = writer.completion else { return [] }
-    writer.waiting -= 1
-    guard writer.waiting <= 0 else { return [] }
-    writer.completion = nil
-    return [{ completion(result) }]
-  }
-
-  /// Answers `writer` with `error` and drops its posts that have neither gone nor been stored
-  /// (as a failed `write()` of several lines stops at the first that fails).
-  private func failWriterLocked(_ writer: Writer?, _ error: NinePError) -> [() -> Void] {
-    guard let writer, let completion = writer.completion else { return [] }
-    writer.completion = nil
-    let onTheWire = sending ? queue.first?.id : nil
-    queue.removeAll { $0.writer === writer && $0.entry == nil && $0.id != onTheWire }
-    for index in queue.indices where queue[index].writer === writer { queue[index].writer = nil }
-    return [{ completion(.failure(error)) }]
-  }
-
-  /// Stores every post up to `last` (in queue order, so the disk keeps the order) not stored
-  /// yet, answering the writers whose posts are now all delivered or stored.
-  private func storeLocked(through last: UInt64, reason: String) -> [() -> Void] {
-    guard let outbox else { return [] }
-    var deferred: [() -> Void] = []
-    let waiting = queue.filter { $0.id <= last && $0.entry == nil }.map(\.id)
-    for id in waiting {
-      // A failed store drops the rest of its writer's posts: look each one up again.
-      guard let index = queue.firstIndex(where: { $0.id == id }) else { continue }
-      let item = queue[index]
+    case .announceResend(let directory, let payload):
+      for observer in observers.withLock({ $0.resends }) { observer(directory, payload) }
+    case .store(let id, let payload, let directory, let queued):
+      guard let outbox else { return [] }
       do {
-        let entry = try outbox.append(
-          item.payload, chatDirectory: item.directory, queued: item.queued)
-        queue[index].entry = entry
-        queue[index].lastError = item.lastError ?? reason
-        queue[index].writer = nil
-        let room = item.room
-        deferred.append { [self] in
-          logger.info("post to \(room) queued in the outbox (\(reason))")
-          emit(.queued(room: room, reason: reason))
-        }
-        deferred += answerLocked(item.writer, .success(()))
+        let entry = try outbox.append(payload, chatDirectory: directory, queued: queued)
+        return state.withLock { $0.queue.stored(id, as: entry) }
       } catch {
-        deferred.append { [logger] in logger.error("cannot queue a post to \(item.room): \(error)")
-        }
-        deferred += failWriterLocked(
-          item.writer, .server(ename: "cannot queue the post: \(error)", errno: error.code))
+        return state.withLock { $0.queue.storeFailed(id, error) }
+      }
+    case .removeFromOutbox(let entry):
+      outbox?.remove(entry)
+    case .reject(let entry):
+      outbox?.reject(entry)
+    case .answer(let writer, let failure):
+      let completion = state.withLock { $0.writers.removeValue(forKey: writer) }
+      completion?(failure.map { .failure($0) } ?? .success(()))
+    case .emit(let event):
+      for observer in observers.withLock({ $0.events }) { observer(event) }
+    case .log(let level, let message):
+      logger.log(level: level, "\(message)")
+    case .armPatience(let last):
+      let seconds = Int(patience.timeInterval.rounded())
+      DispatchQueue.global().asyncAfter(deadline: .now() + patience.timeInterval) { [self] in
+        perform(state.withLock { $0.queue.patienceRanOut(through: last, seconds: seconds) })
+      }
+    case .scheduleRetry(let seconds):
+      DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { [self] in
+        perform(state.withLock { $0.queue.retryDue() })
       }
     }
-    return deferred
-  }
-
-  private func emit(_ event: PostEvent) {
-    for observer in lock.withLock({ observers }) { observer(event) }
-  }
-
-  /// The room of a `room:text` payload.
-  static func room(of payload: [UInt8]) -> String {
-    let name = payload.firstIndex(of: UInt8(ascii: ":")).map { payload[..<$0] } ?? []
-    return String(decoding: name, as: UTF8.self)
+    return []
   }
 }

@@ -7,7 +7,7 @@ import NinePClient
 enum PostRefusal {
   /// What to tell about the refusal of `payload` (`room:text`) with `error`.
   static func explain(_ error: NinePError, payload: [UInt8]) -> String {
-    let room = PostChannel.room(of: payload)
+    let room = PostQueue.room(of: payload)
     let text = payload.drop { $0 != UInt8(ascii: ":") }.dropFirst()
     let said: String
     if case .server(let ename, _) = error {
