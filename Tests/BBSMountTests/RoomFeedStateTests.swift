@@ -7,19 +7,17 @@ import XCTest
 @testable import NinePClient
 
 /// The room feed's transitions, one event at a time, without a server: what each event
-/// changes and which actions it returns. (``RoomFeedTests`` runs the feed on a scripted
-/// server.)
+/// changes and which actions it returns, with stand-in sessions. (``RoomFeedTests`` runs the
+/// feed on a scripted server.)
 final class RoomFeedStateTests: XCTestCase {
+  /// A session as the state sees one: only an address the actions name.
+  private final class StandInSession: Sendable {}
+  private typealias RoomFeedState = BBSMount.RoomFeedState<StandInSession>
+
   /// A read's count (as the feed asks on an 8192-byte msize).
   private let count = 8168
-  private var session: Session!
-  private var other: Session!
-
-  override func setUpWithError() throws {
-    // Sessions only as the actions' addresses: nothing is sent on them.
-    session = try connect(to: ScriptedRoom())
-    other = try connect(to: ScriptedRoom())
-  }
+  private let session = StandInSession()
+  private let other = StandInSession()
 
   /// Actions as text: `read`, `readLater(25 ms)`, `wake(1)`…; logs left out.
   private func names(_ actions: [RoomFeedState.Action]) -> [String] {
@@ -110,7 +108,7 @@ final class RoomFeedStateTests: XCTestCase {
       token = state.beginRead(session, 1, generation: generation)?.token ?? 0
     }
     XCTAssertTrue(state.caughtUp)
-    XCTAssertNotNil(state.echoes, "answers at once")
+    XCTAssertTrue(state.answersAtOnce)
     XCTAssertEqual(
       pauses,
       [

@@ -131,3 +131,63 @@ private func keptLines(of data: [UInt8], _ keep: (ArraySlice<UInt8>) -> Bool) ->
   }
   return kept
 }
+
+/// What a room's received bytes go through before its transcript: other users' controls made
+/// visible, then lines a board sent again dropped.
+struct RoomLineFilters {
+  /// Makes other users' control characters visible (nil with `-o rawtext`).
+  private var controls: VisibleControls?
+  /// Set once the server answered a caught-up read with nothing at once (a board that does
+  /// not park reads). Such a board (Gen-1) keys every reader's place by its last writer, so
+  /// a new author replays the whole ring: exact copies of recent lines are dropped.
+  var echoes: EchoFilter?
+  /// Set for a while after a reconnect, to drop lines the transcript already has.
+  var dedupe: ReplayFilter?
+  /// Second copies of this mount's own posts sent again after a lost link.
+  private var repeats = RepeatFilter()
+
+  init(rawText: Bool) {
+    controls = rawText ? nil : VisibleControls()
+  }
+
+  /// `data` made visible and less what the filters drop, with a line for the log per drop.
+  mutating func filter(_ data: [UInt8], room: String) -> (kept: [UInt8], drops: [String]) {
+    var data = data
+    var drops: [String] = []
+    // Visible first: the filters compare lines with the transcript's, which are visible.
+    if var visible = controls {
+      data = visible.escape(data)
+      controls = visible
+    }
+    let echoed = drop(&data, through: &echoes)
+    if echoed > 0 {
+      drops.append("room feed \(room): dropped \(echoed) bytes the board sent again")
+    }
+    let replayed = drop(&data, through: &dedupe)
+    if replayed > 0 { drops.append("room feed \(room): dropped \(replayed) replayed bytes") }
+    if !repeats.isEmpty {
+      let before = data.count
+      data = repeats.filter(data)
+      if data.count < before {
+        drops.append("room feed \(room): dropped the second copy of a post sent again")
+      }
+    }
+    return (data, drops)
+  }
+
+  /// Drops from `data` what `filter` (if any) drops; how many bytes.
+  private func drop<Filter: LineFilter>(_ data: inout [UInt8], through filter: inout Filter?) -> Int
+  {
+    guard let kept = filter?.filter(data) else { return 0 }
+    let dropped = data.count - kept.count
+    data = kept
+    return dropped
+  }
+
+  /// Watches for a second copy of `text` (a post of this mount sent again) after `recent`.
+  mutating func expectRepeat(of text: [UInt8], recent: [ArraySlice<UInt8>]) {
+    var shown = text
+    if var visible = controls { shown = visible.escape(text) }
+    repeats.expect(shown, recent: recent)
+  }
+}

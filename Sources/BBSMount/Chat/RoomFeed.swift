@@ -30,11 +30,14 @@ import Synchronization
 /// they return (requests on the session, timers, wake-ups) outside its lock. Sessions come
 /// from a ``StreamSessions`` provider: the pool in the mount.
 final class RoomFeed: Sendable {
+  /// The feed's state, placing reads on the pool's sessions.
+  typealias FeedState = RoomFeedState<Session>
+
   let room: String
   let path: [String]
   private let sessions: any StreamSessions
   private let logger: Logger
-  private let state: Mutex<RoomFeedState>
+  private let state: Mutex<FeedState>
   private let callbacks = Mutex(Callbacks())
 
   /// What the feed tells the rest of the mount, set once after it is made (see ``RoomFeeds``).
@@ -110,7 +113,7 @@ final class RoomFeed: Sendable {
         logger.debug("room feed \(room): \(count) bytes of history from \(history.path)")
       }
     }
-    state = Mutex(RoomFeedState(room: room, rawText: rawText, history: kept))
+    state = Mutex(FeedState(room: room, rawText: rawText, history: kept))
   }
 
   /// A mount-local stream's feed (never read from the server, always caught up, grown by
@@ -123,7 +126,7 @@ final class RoomFeed: Sendable {
     sessions = pool
     self.logger = logger
     history = nil
-    state = Mutex(RoomFeedState(localStream: room, capacity: localCapacity))
+    state = Mutex(FeedState(localStream: room, capacity: localCapacity))
   }
 
   /// Adds `data` to a local stream and wakes its readers.
@@ -199,7 +202,7 @@ final class RoomFeed: Sendable {
   /// at once, a parked read flushed to give its slot to another room) says nothing about the
   /// room, so it does not count.
   func wait(beyond offset: UInt64, _ callback: @escaping @Sendable () -> Void) -> UInt64? {
-    add(RoomFeedState.Waiter(beyond: offset, callback: callback))
+    add(FeedState.Waiter(beyond: offset, callback: callback))
   }
 
   /// Calls `callback` once this run of the feed has read what the server kept for the user
@@ -208,7 +211,7 @@ final class RoomFeed: Sendable {
   func whenCaughtUp(
     within limit: Duration, _ callback: @escaping @Sendable () -> Void
   ) -> UInt64? {
-    guard let id = add(RoomFeedState.Waiter(beyond: nil, callback: callback)) else { return nil }
+    guard let id = add(FeedState.Waiter(beyond: nil, callback: callback)) else { return nil }
     DispatchQueue.global().asyncAfter(deadline: .now() + limit.timeInterval) { [self] in
       guard let waiter = state.withLock({ $0.removeWaiter(id) }) else { return }
       logger.notice(
@@ -223,7 +226,7 @@ final class RoomFeed: Sendable {
   /// Whether the server answers a caught-up read at once instead of parking it (a Gen-1
   /// board): following the room then means polling it (see ``maximumIdlePoll``).
   var answersAtOnce: Bool {
-    state.withLock { $0.echoes != nil }
+    state.withLock { $0.answersAtOnce }
   }
 
   /// Whether this run of the feed has read what the server kept for the user.
@@ -249,7 +252,7 @@ final class RoomFeed: Sendable {
   }
 
   /// Registers `waiter`, or calls it at once (returning nil) if it is ready.
-  private func add(_ waiter: RoomFeedState.Waiter) -> UInt64? {
+  private func add(_ waiter: FeedState.Waiter) -> UInt64? {
     guard let id = state.withLock({ $0.add(waiter) }) else {
       waiter.callback()
       return nil
@@ -296,7 +299,7 @@ final class RoomFeed: Sendable {
   // MARK: Running the transitions' actions
 
   /// Runs `actions` in order (outside the lock: they send requests and call back).
-  private func run(_ actions: [RoomFeedState.Action]) {
+  private func run(_ actions: [FeedState.Action]) {
     for action in actions {
       switch action {
       case .place(let generation, let quiet):
