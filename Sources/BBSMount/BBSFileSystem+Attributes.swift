@@ -1,7 +1,7 @@
 // The FUSE operations that name a node and tell its attributes: lookup, getattr, setattr and
 // statfs. What the kernel is told about a node is built by NodeAttributes (Tree/); a room's
-// and a transcript's getattr are in Chat/ (RoomFollowing, RoomLog), the change itself
-// (truncate, chmod, touch) in Remote/Metadata.
+// and a transcript's getattr are in BBSFileSystem+RoomAttributes; what a change (truncate,
+// chmod, touch) means is in Remote/Metadata.
 
 import Foundation
 import FuseKit
@@ -115,5 +115,124 @@ extension BBSFileSystem {
   /// (docs/board-facts.md §1.7), other servers what Linux allows (NAME_MAX).
   var nameLimit: Int {
     pool.configuration.profile == .device ? 63 : ListingCache.maxNameLength
+  }
+}
+
+extension BBSFileSystem {
+  /// setattr: one Twstat (see Remote/Metadata.swift).
+  func changeAttributes(
+    _ request: FuseRequest, node: InodeTable.Node, attributes: stat,
+    changes: FuseSetAttributes, file: FuseFileInfo?
+  ) {
+    let owner = (uid: options.uid, gid: options.gid)
+    let asked: MetadataChange
+    switch MetadataChange.make(
+      for: node.kind, attributes: attributes, changes: changes, owner: owner)
+    {
+    case .success(let change): asked = change
+    case .failure(let refusal):
+      // A time out of 9P2000's range is the protocol's limit, not a mistake of the mount's:
+      // said where a user looks (touch only prints "Value too large for defined data type").
+      logger.log(
+        level: refusal.errno == EOVERFLOW ? .notice : .debug,
+        "setattr /\(node.path.joined(separator: "/")): \(refusal.reason)")
+      request.replyError(refusal.errno)
+      return
+    }
+    if let draft = draft(of: node, file: file) {
+      return changeDraft(request, draft, node: node, asked, changes: changes)
+    }
+    if node.kind == .outbox && asked.changesAnything {
+      // The mount's view of its queue: there is nothing to truncate or stamp.
+      logger.notice("chat/outbox is read-only: it lists the posts waiting to be sent")
+      request.replyError(EPERM)
+      return
+    }
+    if nodes.isLocal(node.kind) { return changeLocal(request, node: node, asked) }
+    guard asked.changesAnything else {
+      // A chown or chgrp to the owner shown: nothing to change.
+      request.replyAttr(nodes.attributes(for: node), timeout: nodes.timeout(for: node))
+      return
+    }
+    if options.readOnly {
+      request.replyError(EROFS)
+      return
+    }
+    changeOnServer(request, node: node, asked)
+  }
+
+  /// A file of the mount's own (chat/post, a room, the streams): `echo hi > chat/post`
+  /// truncates before writing, and the streams have nothing to truncate; a truncation may come
+  /// with the time it happened. Anything else cannot be done.
+  private func changeLocal(_ request: FuseRequest, node: InodeTable.Node, _ asked: MetadataChange) {
+    var rest = asked.stat
+    if rest.length == 0 { (rest.length, rest.atime, rest.mtime) = (.max, .max, .max) }
+    if rest == .unchanged {
+      request.replyAttr(nodes.attributes(for: node), timeout: 0)
+    } else {
+      request.replyError(EPERM)
+    }
+  }
+
+  /// Sends the change as a Twstat and answers with the file's attributes after it.
+  private func changeOnServer(
+    _ request: FuseRequest, node: InodeTable.Node, _ asked: MetadataChange
+  ) {
+    answersInterrupts(request)
+    remote.wstat(node.path, asked.stat) { [self] result in
+      switch result {
+      case .success:
+        inodes.invalidate(node.inode)
+        inodes.changed(node.inode, by: asked)
+        tree.restat(node) { [self] fresh in
+          switch fresh {
+          case .success(let updated):
+            request.replyAttr(nodes.attributes(for: updated), timeout: nodes.timeout(for: updated))
+          case .failure:
+            // The change is made: show it as asked, and ask the server again next time.
+            var shown = node
+            shown.stat = node.stat.map { asked.applied(to: $0) }
+            request.replyAttr(nodes.attributes(for: shown), timeout: 0)
+          }
+        }
+      case .failure(let error):
+        logger.debug("setattr \(node.path.joined(separator: "/")): \(error)")
+        // A generic "wstat failed" (a Gen-1 board) carries no errno: it is the server refusing
+        // the change. A failed link stays what it is.
+        if case .server = error, error.errno == EIO {
+          request.replyError(EPERM)
+        } else {
+          request.replyError(error.errno)
+        }
+      }
+    }
+  }
+
+  /// The draft being written at `node`: the one `file` is, or one open on its path.
+  private func draft(of node: InodeTable.Node, file: FuseFileInfo?) -> DraftHandle? {
+    if let file, let draft = handles[file.handle] as? DraftHandle { return draft }
+    guard node.stat == nil, let name = node.path.last else { return nil }
+    let room = Array(node.path.dropLast())
+    return handles.all(DraftHandle.self).lazy.map(\.handle).first {
+      $0.roomPath == room && $0.name == name
+    }
+  }
+
+  private func changeDraft(
+    _ request: FuseRequest, _ draft: DraftHandle, node: InodeTable.Node, _ asked: MetadataChange,
+    changes: FuseSetAttributes
+  ) {
+    // A message has no mode and is dated when it is sent, which is "now" (`touch new`).
+    let setsTimes =
+      changes.contains(.atime) && !changes.contains(.atimeNow)
+      || changes.contains(.mtime) && !changes.contains(.mtimeNow)
+    guard asked.stat.mode.rawValue == .max, !setsTimes else {
+      request.replyError(EPERM)
+      return
+    }
+    if asked.stat.length != .max { draft.truncate(to: Int(clamping: asked.stat.length)) }
+    var attributes = nodes.attributes(for: node)
+    attributes.st_size = draft.size
+    request.replyAttr(attributes, timeout: 0)
   }
 }

@@ -93,7 +93,7 @@ struct CallerProcess {
 extension RoomHandle: FollowedRoom {}
 
 /// The caller of a getattr as ``FollowDecision`` asks about it: `/proc` and its follow passes.
-private struct FollowingCaller: FollowCaller {
+struct FollowingCaller: FollowCaller {
   let process: CallerProcess
   let passes: FollowPasses
 
@@ -103,86 +103,6 @@ private struct FollowingCaller: FollowCaller {
     process.opensFilesOnlyUnder(mountpoint)
   }
   func startPass() -> Bool { passes.startPass(of: process.pid) }
-}
-
-extension BBSFileSystem {
-  /// Answers a getattr of a room file, holding it while it is a follow-loop `fstat` (see the
-  /// file comment and ``FollowDecision``).
-  func getattrRoom(_ request: FuseRequest, _ node: InodeTable.Node, file: FuseFileInfo?) {
-    let all = handles.all(RoomHandle.self)
-    let decision = FollowDecision(
-      inode: node.inode, fileHandle: file?.handle,
-      caller: FollowingCaller(
-        process: CallerProcess(pid: request.caller.pid), passes: followPasses),
-      rooms: all.map { ($0.id, $0.handle) }, mountpoint: options.mountpoint)
-    if decision.catchesUp, case .room(let room) = node.kind {
-      // An `ls -l` stats every room: waiting for each room's backlog took seconds on a board
-      // and `timeout=` per room on a frozen server.
-      let feed = feeds.feed(for: node.path, room: room)
-      if !feed.isCaughtUp { feed.catchUpForStat {} }
-    }
-    let byID = Dictionary(all.map { ($0.id, $0.handle) }, uniquingKeysWith: { first, _ in first })
-    switch decision.reply {
-    case .answer(let updating, let seeking):
-      answer(request, node, updating: updating.compactMap { byID[$0] }, seeking: seeking)
-    case .hold(let here, let followed):
-      hold(
-        request, node, answering: here.compactMap { byID[$0] },
-        until: followed.compactMap { byID[$0] })
-    }
-  }
-
-  /// Replies with the node's attributes now and records the size each handle was told.
-  private func answer(
-    _ request: FuseRequest, _ node: InodeTable.Node, updating handles: [RoomHandle],
-    seeking: Bool = false
-  ) {
-    var attributes = nodes.attributes(for: node)
-    if case .awareness = node.kind, let stream = handles.first?.feed {
-      // A stream of Awareness/ is its reader's own feed, from the open on.
-      attributes.st_size = Int(clamping: stream.length)
-    }
-    for handle in handles { handle.reported(UInt64(attributes.st_size), seeking: seeking) }
-    request.replyAttr(attributes, timeout: 0)
-  }
-
-  /// Holds `request` until a room of `followed` grows past the size its reader was told, the
-  /// wait limit passes, an interrupt comes or the mount shuts down; then answers it.
-  private func hold(
-    _ request: FuseRequest, _ node: InodeTable.Node, answering here: [RoomHandle],
-    until followed: [RoomHandle]
-  ) {
-    let waits = FollowWaits()
-    let held = heldFstats
-    let holdID = held.reserve()
-    let pending = PendingReply(
-      request,
-      onCancel: { _ in
-        held.forget(holdID)
-        waits.cancelAll()
-      },
-      answerInterrupt: { [self] interrupted in answer(interrupted, node, updating: here) })
-    guard !pending.isAnswered else { return held.forget(holdID) }
-    let wake: @Sendable () -> Void = { [self] in
-      guard let request = pending.take() else { return }
-      held.forget(holdID)
-      waits.cancelAll()
-      answer(request, node, updating: here)
-    }
-    var feeds: [ObjectIdentifier: (RoomFeed, UInt64)] = [:]
-    for handle in followed {
-      let key = ObjectIdentifier(handle.feed)
-      feeds[key] = (handle.feed, min(feeds[key]?.1 ?? .max, handle.lastReported))
-    }
-    for (feed, size) in feeds.values {
-      guard let id = feed.wait(beyond: size, wake) else { return }
-      waits.add(feed, id)
-      if pending.isAnswered { return waits.cancelAll() }
-    }
-    held.arm(holdID, after: RoomFollowing.longestWait, wake)
-    // Answered meanwhile (growth, an interrupt): nothing to expire.
-    if pending.isAnswered { held.forget(holdID) }
-  }
 }
 
 /// Held follow-loop getattrs, answered at the latest after a wait limit by one shared sweep
@@ -255,7 +175,7 @@ final class HeldFstats: Sendable {
 }
 
 /// The feed waiters of one held getattr, cancelled together once it is answered.
-private final class FollowWaits: Sendable {
+final class FollowWaits: Sendable {
   private let state = Mutex<(waits: [(RoomFeed, UInt64)], cancelled: Bool)>(([], false))
 
   func add(_ feed: RoomFeed, _ id: UInt64) {

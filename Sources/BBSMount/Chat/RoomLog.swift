@@ -167,36 +167,3 @@ final class RoomLogHandle: OpenHandle {
     request.replyData(data)
   }
 }
-
-extension BBSFileSystem {
-  /// Answers a getattr of `chat/log/ROOM`: to a thread that has it open, the size of its
-  /// open; to anyone else what the mount has now, setting the room catching up meanwhile
-  /// (as a `stat` of the room does).
-  func getattrRoomLog(_ request: FuseRequest, _ node: InodeTable.Node, file: FuseFileInfo?) {
-    guard case .roomLog(let room) = node.kind else {
-      request.replyError(EINVAL)
-      return
-    }
-    let pid = request.caller.pid
-    let open = handles.all(RoomLogHandle.self).filter { entry in
-      if let file { return entry.id == file.handle }
-      return entry.handle.opener == pid && entry.handle.inode == node.inode
-    }.max { $0.id < $1.id }?.handle
-    if open == nil {
-      let feed = feeds.feed(for: RoomLogs.roomPath(of: node.path), room: room)
-      if !feed.isCaughtUp { feed.catchUpForStat {} }
-    }
-    var attributes = nodes.attributes(for: node)
-    if let open {
-      attributes.st_size = Int(clamping: open.size)
-      attributes.st_blocks = (attributes.st_size + 511) / 512
-      let seconds = open.modified.timeIntervalSince1970
-      let time = timespec(
-        tv_sec: Int(seconds), tv_nsec: Int(seconds.truncatingRemainder(dividingBy: 1) * 1e9))
-      attributes.st_mtim = time
-      attributes.st_ctim = time
-      attributes.st_atim = time
-    }
-    request.replyAttr(attributes, timeout: 0)
-  }
-}
