@@ -18,7 +18,7 @@ final class DirectoryScaleTests: XCTestCase {
     try FileManager.default.createDirectory(
       atPath: area + "/big", withIntermediateDirectories: false)
     for index in 0..<300 {
-      FileManager.default.createFile(atPath: area + "/big/seed-\(index)", contents: Data())
+      _ = FileManager.default.createFile(atPath: area + "/big/seed-\(index)", contents: Data())
     }
     let rig = try MountRig.start(
       .multiplexTCP, for: self,
