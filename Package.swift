@@ -69,7 +69,7 @@ let package = Package(
     .target(
       name: "BBSServer",
       dependencies: [
-        "NinePProtocol", "NinePTransport", "BBSIdentity",
+        "NinePProtocol", "NinePTransport", "BBSIdentity", "TerminalText",
         .product(name: "Logging", package: "swift-log"),
         .product(name: "DequeModule", package: "swift-collections"),
         .product(name: "GRDB", package: "GRDB.swift"),

@@ -5,8 +5,8 @@
 /// command into a different one. Everything mount9bbs prints itself goes through here; the
 /// contents of room files do not (a file is bytes, and reading it is the user's choice).
 public enum TerminalText {
-  /// `text` with every control character (C0, DEL, C1) and every bidirectional override
-  /// written as a visible escape (`\x1B`, `\u{202E}`), and a backslash doubled, so the
+  /// `text` with every control character (C0, DEL, C1), bidirectional control and invisible
+  /// character (``isUnsafe(_:)``) written as a visible escape (`\x1B`, `\u{202E}`), and a backslash doubled, so the
   /// escape cannot be forged. Newlines and tabs stay when `keepingLayout` is set (for text
   /// mount9bbs lays out itself), and are escaped otherwise (one field, one line).
   public static func escaped(_ text: String, keepingLayout: Bool = false) -> String {
@@ -70,16 +70,34 @@ public enum TerminalText {
     return result + "'"
   }
 
-  /// A control character (C0, DEL, C1) or a bidirectional override: what a terminal acts on
-  /// or shows other than as written.
+  /// A control character (C0, DEL, C1), a bidirectional control, an invisible character or a
+  /// line or paragraph separator: what a terminal acts on, or shows other than as written.
+  ///
+  /// Invisible: zero width space (U+200B), zero width joiner (U+200D), word joiner (U+2060)
+  /// and the byte order mark used as one (U+FEFF): they make two names that look alike differ,
+  /// or hide a name's end. U+2028 and U+2029 end a line for some programs and not others. The
+  /// zero width non-joiner (U+200C) stays: Persian and Indic text needs it. A joiner between
+  /// two emoji is kept where room lines are shown (``VisibleControls``).
   public static func isUnsafe(_ scalar: Unicode.Scalar) -> Bool { isUnsafe(scalar.value) }
 
   /// ``isUnsafe(_:)`` of a scalar value (for bytes being decoded).
   public static func isUnsafe(_ value: UInt32) -> Bool {
     switch value {
     case 0x00...0x1F, 0x7F...0x9F, 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
+    case 0x200B, 0x200D, 0x2060, 0xFEFF, 0x2028, 0x2029: true
     default: false
     }
+  }
+
+  /// The zero width joiner, kept between two emoji (a family, a profession) in room lines.
+  public static let zeroWidthJoiner: UInt32 = 0x200D
+
+  /// Whether `value` is an emoji (or a part of one: a skin tone, the emoji variation
+  /// selector) that a zero width joiner may follow or precede. ASCII digits, `#` and `*` are
+  /// emoji only with a keycap: they are not.
+  public static func joinsEmoji(_ value: UInt32) -> Bool {
+    guard value > 0x7F, let scalar = Unicode.Scalar(value) else { return false }
+    return value == 0xFE0F || scalar.properties.isEmoji
   }
 
   /// The visible form of an unsafe scalar value: `\x1B` up to 0xFF, `\u{202E}` above.

@@ -21,6 +21,15 @@ final class TerminalTextTests: XCTestCase {
     XCTAssertEqual(TerminalText.escaped("ünïcödé ☃"), "ünïcödé ☃")
   }
 
+  /// Zero width characters and line separators in a board's names and errors come out as
+  /// escapes, in logs and in what a script reads (`oneLine`) alike.
+  func testInvisibleCharactersAreEscaped() {
+    XCTAssertEqual(TerminalText.escaped("GRID\u{200B}9"), "GRID\\u{200B}9")
+    XCTAssertEqual(
+      TerminalText.oneLine("bob\u{200D}\u{FEFF}\u{2028}"), "bob\\u{200D}\\u{FEFF}\\u{2028}")
+    XCTAssertEqual(TerminalText.shellQuoted("a\u{200B}b"), "$'a\\xE2\\x80\\x8Bb'")
+  }
+
   func testPlainWordsStayUnquoted() {
     XCTAssertEqual(TerminalText.shellQuoted("tcp:127.0.0.1:5640"), "tcp:127.0.0.1:5640")
     XCTAssertEqual(TerminalText.shellQuoted("ble!THE_GRID"), "'ble!THE_GRID'")

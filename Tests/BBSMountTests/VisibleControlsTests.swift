@@ -25,6 +25,27 @@ final class VisibleControlsTests: XCTestCase {
     XCTAssertEqual(visible("evil\u{202E}txt.exe\n"), "evil\\u{202E}txt.exe\n")
   }
 
+  /// Invisible characters make a name that looks like another (`bob` with a zero width space
+  /// in it) or hide where a line ends: they come out escaped. A joiner between two emoji, and
+  /// the non-joiner Persian needs, pass.
+  func testInvisibleCharactersAndSeparatorsBecomeText() {
+    XCTAssertEqual(visible("bo\u{200B}b: hi\n"), "bo\\u{200B}b: hi\n")
+    XCTAssertEqual(visible("\u{FEFF}x\u{2060}y\n"), "\\u{FEFF}x\\u{2060}y\n")
+    XCTAssertEqual(visible("a\u{2028}b\u{2029}c\n"), "a\\u{2028}b\\u{2029}c\n")
+    XCTAssertEqual(visible("a\u{200D}b 🎉\u{200D}\n"), "a\\u{200D}b 🎉\\u{200D}\n")
+    let emoji = "👩‍🚀 👨‍👩‍👧 ❤️‍🔥 می‌خواهم\n"
+    XCTAssertEqual(visible(emoji), emoji)
+  }
+
+  /// A joiner after an emoji at the end of a reply waits for what follows it.
+  func testAJoinerCutBetweenRepliesIsDecidedByWhatFollows() throws {
+    let astronaut = Array("👩\u{200D}🚀\n".utf8)
+    let cut = try XCTUnwrap(astronaut.firstIndex(of: 0xE2)) + 3  // right after the joiner
+    XCTAssertEqual(visible([Array(astronaut[..<cut]), Array(astronaut[cut...])]), "👩\u{200D}🚀\n")
+    let hidden = Array("🎉\u{200D}".utf8)
+    XCTAssertEqual(visible([hidden, Array("bob\n".utf8)]), "🎉\\u{200D}bob\n")
+  }
+
   func testTextTabsAndUTF8PassUnchanged() {
     let text = "[12:00:00] zoë: héllo\twörld — ✓ 🎉 \\x1B stays as typed\n"
     XCTAssertEqual(visible(text), text)

@@ -228,6 +228,34 @@ final class HostileClientTests: ServerTestCase {
       .rerror(ename: "invalid argument"))
   }
 
+  /// A uname is what every reader sees as the author: one with a C1 control (8-bit CSI), a
+  /// bidirectional override, an invisible character (a second `bob` with a zero width space,
+  /// a name of only a zero width space) or nothing visible is refused; an emoji name with its
+  /// variation selector, an accented name and no name at all are not.
+  func testUnamesThatDoNotShowAsWrittenAreRefused() throws {
+    try startServer()
+    let refused = [
+      "bob\u{9B}31m", "\u{202E}nimda", "bob\u{200B}", "\u{200B}", "\u{2060}", "zo\u{FEFF}e",
+      "a\u{2028}b", "   ", "bob\u{00AD}",
+    ]
+    for uname in refused {
+      let client = try dial()
+      defer { client.close() }
+      _ = try client.rpc(.tversion(msize: 8192, version: "9P2000"), tag: NineP.noTag)
+      XCTAssertEqual(
+        try client.rpc(.tattach(fid: 0, afid: NineP.noFid, uname: uname, aname: "")),
+        .rerror(ename: "invalid argument"), "uname \(uname.unicodeScalars.map(\.value))")
+    }
+    for uname in ["zoë", "❤️", "👩‍🚀 ace", ""] {
+      let client = try dial()
+      defer { client.close() }
+      _ = try client.rpc(.tversion(msize: 8192, version: "9P2000"), tag: NineP.noTag)
+      guard
+        case .rattach = try client.rpc(.tattach(fid: 0, afid: NineP.noFid, uname: uname, aname: ""))
+      else { return XCTFail("uname \(uname) refused") }
+    }
+  }
+
   /// A read-only `sqlite3` loop on the store while 500 lines are posted: every post is
   /// answered Rwrite and is still there after a restart (the journal once made writes fail
   /// with "database is locked" and the posts vanished silently).

@@ -7,13 +7,18 @@ import TerminalText
 /// `ESC ] 0 ; … BEL` retitles it, `CR` moves the cursor back over the real author's name, and
 /// a bidirectional override reorders what follows it. So every C0 control but tab and newline,
 /// DEL, every C1 control (U+0080–U+009F, in UTF-8 or as a lone byte), every byte that is not
-/// UTF-8 and every bidirectional override is written out as `\x1B` or `\u{202E}`. Tab, newline
-/// and all other UTF-8 text pass unchanged. (`-o rawtext` turns this off.)
+/// UTF-8, every bidirectional control and every invisible character (zero width space or joiner,
+/// word joiner, byte order mark; see ``TerminalText/isUnsafe(_:)``) is written out as `\x1B` or
+/// `\u{202E}`: `bob` with a zero width space in it is not `bob`. A zero width joiner between two
+/// emoji (👩‍🚀) is kept. Tab, newline and all other UTF-8 text pass unchanged. (`-o rawtext`
+/// turns this off.)
 ///
 /// Data comes in pieces (one reply at a time): a UTF-8 sequence cut at the end of a piece is
 /// kept (3 bytes at most) and finished with the next.
 struct VisibleControls: Sendable {
   private var pending: [UInt8] = []
+  /// The last scalar passed was an emoji (or a part of one): a joiner after it may be kept.
+  private var afterEmoji = false
 
   /// `data` with its controls made visible.
   mutating func escape(_ data: [UInt8]) -> [UInt8] {
@@ -25,6 +30,7 @@ struct VisibleControls: Sendable {
     while index < input.count {
       let byte = input[index]
       if byte < 0x80 {
+        afterEmoji = false
         if byte == 0x09 || byte == 0x0A || !TerminalText.isUnsafe(UInt32(byte)) {
           output.append(byte)
         } else {
@@ -39,13 +45,32 @@ struct VisibleControls: Sendable {
         return output
       case .invalid:
         Self.appendEscape(byte, to: &output)
+        afterEmoji = false
         index += 1
+      case .scalar(TerminalText.zeroWidthJoiner, let length) where afterEmoji:
+        // Kept only between two emoji: wait for what follows when the data ends here.
+        guard index + length < input.count else {
+          pending = Array(input[index...])
+          return output
+        }
+        switch Self.sequence(in: input, at: index + length) {
+        case .incomplete:
+          pending = Array(input[index...])
+          return output
+        case .scalar(let next, _) where TerminalText.joinsEmoji(next):
+          output += input[index..<(index + length)]
+        case .scalar, .invalid:
+          output += Array(TerminalText.visibleEscape(TerminalText.zeroWidthJoiner).utf8)
+        }
+        afterEmoji = false
+        index += length
       case .scalar(let value, let length):
         if TerminalText.isUnsafe(value) {
           output += Array(TerminalText.visibleEscape(value).utf8)
         } else {
           output += input[index..<(index + length)]
         }
+        afterEmoji = TerminalText.joinsEmoji(value)
         index += length
       }
     }

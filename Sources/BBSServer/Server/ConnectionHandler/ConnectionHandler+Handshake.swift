@@ -1,5 +1,6 @@
 import BBSIdentity
 import NinePProtocol
+import TerminalText
 
 // Tversion, Tauth and Tattach: how a session starts and whose its fids are.
 extension ConnectionHandler {
@@ -75,10 +76,11 @@ extension ConnectionHandler {
   {
     guard configuration.auth != .off else {
       // The uname is what chat lines and messages show: a control character in it could
-      // forge a line or a header.
-      guard !uname.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+      // forge a line or a header, a bidirectional control reorder it, an invisible one make
+      // a second `alice`.
+      if let problem = Self.unameProblem(uname) {
         logger.notice(
-          "session \(id): attach refused: control characters in uname '\(LogText.escaped(uname))'")
+          "session \(id): attach refused: \(problem) in uname '\(LogText.escaped(uname))'")
         throw NinePFailure("invalid argument")
       }
       return BoardUser(uname)
@@ -93,6 +95,36 @@ extension ConnectionHandler {
       throw NinePFailure("authentication required")
     }
     return .guest
+  }
+}
+
+extension ConnectionHandler {
+  /// What makes `uname` unfit to name a poster, or nil: a control character (C0, DEL, C1), a
+  /// bidirectional control, an invisible character (``TerminalText/isUnsafe(_:)``, or any other
+  /// default-ignorable code point but the variation selectors emoji use, and a zero width
+  /// joiner between two emoji), or nothing visible at all. The empty uname stays: it is how a
+  /// client attaches with no name.
+  static func unameProblem(_ uname: String) -> String? {
+    let scalars = Array(uname.unicodeScalars)
+    for (index, scalar) in scalars.enumerated() {
+      let value = scalar.value
+      if value < 0x20 || (0x7F...0x9F).contains(value) { return "a control character" }
+      if value == TerminalText.zeroWidthJoiner, index > 0, index + 1 < scalars.count,
+        TerminalText.joinsEmoji(scalars[index - 1].value),
+        TerminalText.joinsEmoji(scalars[index + 1].value)
+      {
+        continue
+      }
+      let ignorable =
+        scalar.properties.isDefaultIgnorableCodePoint && !(0xFE00...0xFE0F).contains(value)
+      if TerminalText.isUnsafe(scalar) || ignorable {
+        return "an invisible or bidirectional character"
+      }
+    }
+    if !scalars.isEmpty && scalars.allSatisfy({ $0.properties.isWhitespace }) {
+      return "nothing visible"
+    }
+    return nil
   }
 }
 
