@@ -128,6 +128,34 @@ final class BoardTests: XCTestCase {
     XCTAssertEqual(try store.chatMessages(room: "lobby", limit: 100).map(\.id), [8, 9, 10])
   }
 
+  /// The store holds every member's messages: its directory is 0700 and the database with
+  /// its WAL files 0600 under a permissive umask, and a database an earlier 9bbsd left
+  /// world-readable is made private when opened.
+  func testSQLiteStoreFilesAreTheOwnersAlone() throws {
+    let dir = FileManager.default.temporaryDirectory
+      .appendingPathComponent("9bbs-store-\(UUID().uuidString)").path
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let old = umask(0o002)
+    defer { umask(old) }
+    func mode(_ path: String) -> mode_t {
+      var info = stat()
+      return stat(path, &info) == 0 ? info.st_mode & 0o777 : 0
+    }
+    let database = dir + "/" + SQLiteBoardStore.fileName
+    do {
+      let store = try SQLiteBoardStore(directory: dir)
+      try store.appendChatMessages(
+        [ChatMessage(room: "lobby", id: 1, author: "a", text: Array("hi".utf8), stamp: 0)], keep: 3)
+      XCTAssertEqual(mode(dir), 0o700)
+      for file in [database, database + "-wal", database + "-shm"] {
+        XCTAssertEqual(mode(file), 0o600, file)
+      }
+    }
+    XCTAssertEqual(chmod(database, 0o644), 0)
+    _ = try SQLiteBoardStore(directory: dir)
+    XCTAssertEqual(mode(database), 0o600)
+  }
+
   func testImpliedSubjectsAndDates() {
     XCTAssertEqual(impliedSubject(of: Array("\n  \nFirst line \nsecond".utf8)), "First line")
     XCTAssertEqual(impliedSubject(of: Array(" \n".utf8)), "(no subject)")

@@ -18,19 +18,28 @@ public final class SQLiteBoardStore: BoardStore {
   /// The database file name inside a data directory.
   public static let fileName = "9bbs.sqlite"
 
-  /// Opens (creating if needed) the database in `directory`, creating the directory too.
+  /// Opens (creating if needed) the database in `directory`, creating the directory too
+  /// (0700: it holds every member's messages).
   public convenience init(directory: String) throws(BoardError) {
     do {
       try FileManager.default.createDirectory(
-        atPath: directory, withIntermediateDirectories: true)
+        atPath: directory, withIntermediateDirectories: true,
+        attributes: [.posixPermissions: 0o700])
     } catch {
       throw BoardError.storage("cannot create data directory \(directory): \(error)")
     }
     try self.init(path: (directory as NSString).appendingPathComponent(Self.fileName))
   }
 
-  /// Opens (creating if needed) the database file at `path`.
+  /// Opens (creating if needed) the database file at `path`. The database and its WAL files
+  /// are the owner's alone (0600), whatever the umask: they hold every member's messages,
+  /// also on an `--auth required` board.
   public init(path: String) throws(BoardError) {
+    let created = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+    if created < 0 {
+      throw BoardError.storage("cannot create \(path): \(String(cString: strerror(errno)))")
+    }
+    close(created)
     do {
       var configuration = Configuration()
       configuration.busyMode = .timeout(Self.busyTimeout)
@@ -39,6 +48,12 @@ public final class SQLiteBoardStore: BoardStore {
       try Self.migrator.migrate(queue)
     } catch {
       throw BoardError.storage("cannot open \(path): \(error)")
+    }
+    // SQLite gives its -wal and -shm files the database's mode; a database made world-readable
+    // by an earlier 9bbsd is made private again.
+    for file in [path, path + "-wal", path + "-shm"]
+    where chmod(file, 0o600) != 0 && errno != ENOENT {
+      throw BoardError.storage("cannot make \(file) private: \(String(cString: strerror(errno)))")
     }
   }
 
