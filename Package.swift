@@ -63,7 +63,7 @@ let package = Package(
     // the Tauth challenge response, signed and verified.
     .target(
       name: "BBSIdentity",
-      dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
+      dependencies: ["TerminalText", .product(name: "Crypto", package: "swift-crypto")]),
 
     // The reference 9BBS server, with its device-emulation profile.
     .target(

@@ -1,4 +1,5 @@
 import Foundation
+import TerminalText
 
 #if canImport(Glibc)
   import Glibc
@@ -12,6 +13,11 @@ import Foundation
 /// `~/.local/state/mount9bbs/known_boards`), one `ADDRESS ssh-ed25519 BASE64` line per pin
 /// (the address percent-encoded where it holds blanks or `%`); `#` starts a comment. Deleting
 /// an address's line resets its pin.
+///
+/// The file is read line by line, and fails closed: a line that cannot be read refuses the
+/// board at its address (or, when not even its address can be read, every board not pinned
+/// elsewhere in the file), naming the line, rather than dropping the pin and accepting any
+/// key there. A pin file or directory others may write is refused too.
 public struct BoardPins: Sendable {
   /// The pin file.
   public let path: String
@@ -47,6 +53,10 @@ public struct BoardPins: Sendable {
     case keyVanished(address: String, pinned: BoardKey, file: String)
     /// The key is pinned for other addresses only.
     case pinnedElsewhere(address: String, key: BoardKey, others: [String], file: String)
+    /// A line of the file that may hold this address's pin cannot be read.
+    case unreadableLine(address: String, line: Int, reason: String, file: String)
+    /// The file or its directory may be written by others: a pin there proves nothing.
+    case unsafeFile(path: String, reason: String)
 
     public var description: String {
       switch self {
@@ -64,7 +74,14 @@ public struct BoardPins: Sendable {
         "the board at \(address) presents the key \(key.fingerprint), which is pinned for "
           + "\(others.joined(separator: ", ")) (\(file)): something at \(address) may be "
           + "relaying that board to log in as you. Refusing. If \(address) is really another "
-          + "address of the same board, add it: echo '\(Self.line(address, key))' >> \(file)"
+          + "address of the same board, add it: echo "
+          + "\(TerminalText.shellQuoted(Self.line(address, key))) >> \(TerminalText.shellQuoted(file))"
+      case .unreadableLine(let address, let line, let reason, let file):
+        "line \(line) of \(file) cannot be read (\(reason)), and it may be the pin for \(address). "
+          + "Refusing. Fix or delete that line and mount again"
+      case .unsafeFile(let path, let reason):
+        "\(path) \(reason), so the board keys pinned in it prove nothing. Refusing. "
+          + "Make it yours alone: chmod go-w \(TerminalText.shellQuoted(path))"
       }
     }
 
@@ -73,18 +90,79 @@ public struct BoardPins: Sendable {
     }
   }
 
-  /// Every pin in the file: (address, key), in file order. A missing file has none; lines that
-  /// do not parse are skipped.
-  public func entries() -> [(address: String, key: BoardKey)] {
-    guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return [] }
-    return text.split(whereSeparator: \.isNewline).compactMap { line in
-      let trimmed = line.drop { $0 == " " || $0 == "\t" }
-      guard !trimmed.hasPrefix("#"), let space = trimmed.firstIndex(of: " "),
-        let address = String(trimmed[..<space]).removingPercentEncoding,
-        let key = BoardKey(sshText: trimmed[trimmed.index(after: space)...])
-      else { return nil }
-      return (address, key)
+  /// A line of the file that could not be read: its number (from 1), its address if that
+  /// much could be read, and why.
+  public struct UnreadableLine: Equatable, Sendable {
+    public let number: Int
+    public let address: String?
+    public let reason: String
+  }
+
+  /// The file as read: its pins, in file order, and the lines that could not be read.
+  public struct Contents: Sendable {
+    public var entries: [(address: String, key: BoardKey)] = []
+    public var unreadable: [UnreadableLine] = []
+
+    /// The first unreadable line that may be the pin of `address`.
+    func unreadable(for address: String) -> UnreadableLine? {
+      unreadable.first { $0.address == nil || $0.address == address }
     }
+  }
+
+  /// The file, line by line. A missing file has no pins. Each line is decoded on its own, so a
+  /// bad byte in one line costs that line only; blank lines and `#` comments are skipped.
+  public func contents() -> Contents {
+    guard let data = FileManager.default.contents(atPath: path) else { return Contents() }
+    var contents = Contents()
+    for (index, raw) in data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+      .enumerated()
+    {
+      let bytes = raw.last == UInt8(ascii: "\r") ? raw.dropLast() : raw
+      let trimmed = bytes.drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
+      guard !trimmed.isEmpty, trimmed.first != UInt8(ascii: "#") else { continue }
+      let fields = trimmed.split(separator: UInt8(ascii: " "), maxSplits: 1)
+      let address = String(validating: fields[0], as: UTF8.self).flatMap(\.removingPercentEncoding)
+      func unreadable(_ reason: String) {
+        contents.unreadable.append(
+          UnreadableLine(number: index + 1, address: address, reason: reason))
+      }
+      guard let address else {
+        unreadable("its address is not UTF-8 text")
+        continue
+      }
+      guard fields.count == 2, let text = String(validating: fields[1], as: UTF8.self) else {
+        unreadable(fields.count == 2 ? "its key is not UTF-8 text" : "it has no key")
+        continue
+      }
+      guard let key = BoardKey(sshText: Substring(text)) else {
+        unreadable("its key is not an ssh-ed25519 key")
+        continue
+      }
+      contents.entries.append((address, key))
+    }
+    return contents
+  }
+
+  /// Every pin in the file: (address, key), in file order (lines that cannot be read left
+  /// out: ``contents()`` has them).
+  public func entries() -> [(address: String, key: BoardKey)] { contents().entries }
+
+  /// Why the file cannot be trusted, or nil: it, or the directory holding it, is writable by
+  /// group or others, or owned by another user (root's excepted).
+  public func unsafety() -> Refusal? {
+    let directory = (path as NSString).deletingLastPathComponent
+    for (file, what) in [(path, "is"), (directory, "is in a directory that is")] {
+      var info = stat()
+      guard !file.isEmpty, lstat(file, &info) == 0 else { continue }
+      let sticky = info.st_mode & S_ISVTX != 0
+      if info.st_mode & 0o022 != 0 && !(file == directory && sticky) {
+        return .unsafeFile(path: file, reason: "\(what) writable by others")
+      }
+      if info.st_uid != getuid() && info.st_uid != 0 {
+        return .unsafeFile(path: file, reason: "\(what) owned by another user (uid \(info.st_uid))")
+      }
+    }
+    return nil
   }
 
   /// Checks what the board at `address` presented against the pins. `sameBoard` are other
@@ -93,13 +171,18 @@ public struct BoardPins: Sendable {
   public func check(_ key: BoardKey?, at address: String, sameBoard: [String] = [])
     throws(Refusal) -> Status
   {
-    let all = entries()
+    if let unsafe = unsafety() { throw unsafe }
+    let contents = contents()
+    let all = contents.entries
     if let pinned = all.first(where: { $0.address == address })?.key {
       guard let key else { throw .keyVanished(address: address, pinned: pinned, file: path) }
       guard key == pinned else {
         throw .changed(address: address, pinned: pinned, presented: key, file: path)
       }
       return .pinned
+    }
+    if let bad = contents.unreadable(for: address) {
+      throw .unreadableLine(address: address, line: bad.number, reason: bad.reason, file: path)
     }
     guard let key else { return .keyless }
     let elsewhere = all.filter { $0.key == key }.map(\.address)
@@ -120,6 +203,9 @@ public struct BoardPins: Sendable {
     case changed(pinned: String, advertised: String?)
     /// A new address advertising a key pinned for other addresses.
     case keyElsewhere(fingerprint: String, addresses: [String])
+    /// The pin file cannot be trusted for this board: a line that may hold its pin cannot be
+    /// read, or others may write the file.
+    case unreadable(reason: String)
 
     /// One word for JSON: pinned, unknown, changed or elsewhere.
     public var word: String {
@@ -128,6 +214,7 @@ public struct BoardPins: Sendable {
       case .unknown: "unknown"
       case .changed: "changed"
       case .keyElsewhere: "elsewhere"
+      case .unreadable: "unreadable"
       }
     }
 
@@ -140,6 +227,7 @@ public struct BoardPins: Sendable {
         "CHANGED: advertises \(advertised ?? "no board key"), but \(pinned) is pinned; a mount will refuse it"
       case .keyElsewhere(let fingerprint, let addresses):
         "unknown address advertising \(fingerprint), the key pinned for \(addresses.joined(separator: ", ")); a mount will refuse it"
+      case .unreadable(let reason): "UNREADABLE: \(reason); a mount will refuse it"
       }
     }
   }
@@ -148,7 +236,16 @@ public struct BoardPins: Sendable {
   /// fingerprint it advertises (mDNS TXT `boardkey`); `advertisesKeys` is false where boards
   /// advertise none (Bluetooth), so only the address counts.
   public func trust(at addresses: [String], advertised: String?, advertisesKeys: Bool) -> Trust {
-    let all = entries()
+    if case .unsafeFile(let path, let reason) = unsafety() {
+      return .unreadable(reason: "\(path) \(reason)")
+    }
+    let contents = contents()
+    let all = contents.entries
+    if let bad = addresses.lazy.compactMap({ contents.unreadable(for: $0) }).first,
+      !all.contains(where: { addresses.contains($0.address) })
+    {
+      return .unreadable(reason: "line \(bad.number) of \(path) cannot be read (\(bad.reason))")
+    }
     if let pinned = all.first(where: { addresses.contains($0.address) })?.key {
       guard advertisesKeys, advertised != pinned.fingerprint else {
         return .pinned(fingerprint: pinned.fingerprint)
