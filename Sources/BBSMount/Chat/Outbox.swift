@@ -48,6 +48,12 @@ public final class Outbox: Sendable {
         atPath: directory, withIntermediateDirectories: true,
         attributes: [.posixPermissions: 0o700])
       _ = chmod(directory, 0o700)
+      // A post planted here would go out under the user's name.
+      if let problem = StateDirectory.privacyProblem(of: directory) {
+        throw Failure(
+          description: "the outbox \(directory) \(problem): refusing to send posts from it "
+            + "(remove it, or make it yours alone with chmod 700)")
+      }
       for name in try manager.contentsOfDirectory(atPath: directory) {
         if name.hasSuffix(".tmp") {
           // A post whose write never completed was never acknowledged: drop the fragment.
@@ -67,6 +73,8 @@ public final class Outbox: Sendable {
             sequence: sequence, chatDirectory: path.split(separator: "/").map(String.init),
             payload: Array(data[(newline + 1)...]), queued: modified ?? Date()))
       }
+    } catch let failure as Failure {
+      throw failure
     } catch {
       throw Failure(description: "cannot use the outbox \(directory): \(error)")
     }

@@ -9,11 +9,14 @@ import Synchronization
 /// an empty room, `tail -n 20` would print nothing and opening the room would wait for the next
 /// message. Each room's lines are appended to a 0600 file in a 0700 directory under
 /// `$XDG_STATE_HOME/mount9bbs/history/` (one per BBS and user name), and the next mount starts
-/// the room's transcript with its last ``restored`` bytes.
+/// the room's transcript with its last ``restored`` bytes. The file is cut back to that much
+/// whenever it grows past ``compactBeyond``, at load and while mounted, so a flood from a
+/// board cannot fill the disk. A directory that is not the user's own, or that others may
+/// write, is not used: lines planted there would show as the room's.
 public final class RoomHistory: Sendable {
   /// Bytes of history a mount starts a room with.
   static let restored = 256 << 10
-  /// The file is cut back to ``restored`` bytes when found larger than this.
+  /// The file is cut back to ``restored`` bytes when it grows larger than this.
   static let compactBeyond = 1 << 20
 
   /// Lines wait this long in memory before they are written, so a slow disk never holds up
@@ -26,8 +29,9 @@ public final class RoomHistory: Sendable {
   private let descriptor: Int32
   /// Lines not written yet.
   private let buffer = Mutex(Buffer())
-  /// Held around each write to the file (and a compaction), so writes keep their order.
-  private let writing = Mutex(())
+  /// Held around each write to the file (and a compaction), so writes keep their order; the
+  /// file's size.
+  private let writing = Mutex(0)
 
   private struct Buffer {
     var pending: [UInt8] = []
@@ -55,12 +59,18 @@ public final class RoomHistory: Sendable {
       logger.warning("room history: cannot create \(directory): \(error)")
       return nil
     }
-    descriptor = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+    if let problem = StateDirectory.privacyProblem(of: directory) {
+      logger.warning("room history: \(directory) \(problem); not kept (chmod 700 it, or remove it)")
+      return nil
+    }
+    descriptor = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0o600)
     guard descriptor >= 0 else {
       logger.warning(
         "room history: cannot open \(path): \(String(cString: strerror(errno))); not kept")
       return nil
     }
+    var info = stat()
+    if fstat(descriptor, &info) == 0 { writing.withLock { $0 = Int(info.st_size) } }
   }
 
   deinit {
@@ -85,13 +95,16 @@ public final class RoomHistory: Sendable {
     let partial = bytes.count - ((bytes.lastIndex(of: UInt8(ascii: "\n"))).map { $0 + 1 } ?? 0)
     bytes.removeLast(partial)
     if data.count > Self.compactBeyond {
-      writing.withLock { _ in
-        if ftruncate(descriptor, 0) != 0 || !write(bytes) {
-          logger.warning("room history: cannot compact \(path)")
-        }
+      let compacted = writing.withLock { size in
+        size = bytes.count
+        return ftruncate(descriptor, 0) == 0 && write(bytes)
       }
+      if !compacted { logger.warning("room history: cannot compact \(path)") }
     } else if partial > 0 {
-      _ = ftruncate(descriptor, off_t(data.count - partial))
+      writing.withLock { size in
+        size = data.count - partial
+        _ = ftruncate(descriptor, off_t(size))
+      }
     }
     return (bytes, modified)
   }
@@ -115,7 +128,7 @@ public final class RoomHistory: Sendable {
 
   /// Writes what is pending now (the feed stopping, the mount going away).
   func flush() {
-    writing.withLock { _ in
+    let failure = writing.withLock { size -> String? in
       let chunk = buffer.withLock { buffer in
         defer {
           buffer.pending = []
@@ -123,11 +136,30 @@ public final class RoomHistory: Sendable {
         }
         return buffer.pending
       }
-      if chunk.isEmpty || write(chunk) { return }
-      let reason = String(cString: strerror(errno))
-      buffer.withLock { $0.failed = true }
-      logger.warning("room history: writing \(path) failed: \(reason); not kept")
+      if chunk.isEmpty { return nil }
+      guard write(chunk) else { return String(cString: strerror(errno)) }
+      size += chunk.count
+      return size > Self.compactBeyond ? compact(&size) : nil
     }
+    guard let failure else { return }
+    buffer.withLock { $0.failed = true }
+    logger.warning("room history: writing \(path) failed: \(failure); not kept")
+  }
+
+  /// Cuts the file back to its last ``restored`` bytes, from a line's start; the reason if
+  /// that failed. Under `writing`.
+  private func compact(_ size: inout Int) -> String? {
+    var tail = [UInt8](repeating: 0, count: min(size, Self.restored))
+    let read = tail.withUnsafeMutableBytes {
+      pread(descriptor, $0.baseAddress, $0.count, off_t(size - $0.count))
+    }
+    guard read == tail.count else { return String(cString: strerror(errno)) }
+    if let newline = tail.firstIndex(of: UInt8(ascii: "\n")) { tail.removeFirst(newline + 1) }
+    guard ftruncate(descriptor, 0) == 0, write(tail) else {
+      return String(cString: strerror(errno))
+    }
+    size = tail.count
+    return nil
   }
 
   private func write(_ data: [UInt8]) -> Bool {
@@ -147,6 +179,17 @@ public final class RoomHistory: Sendable {
 
 /// Per-user state under `$XDG_STATE_HOME/mount9bbs/` (default `~/.local/state`).
 enum StateDirectory {
+  /// Why `directory` cannot hold this user's state, or nil: it is not a directory (a link, a
+  /// file), another user owns it, or group or others may write it.
+  static func privacyProblem(of directory: String) -> String? {
+    var info = stat()
+    guard lstat(directory, &info) == 0 else { return String(cString: strerror(errno)) }
+    if info.st_mode & S_IFMT != S_IFDIR { return "is not a directory" }
+    if info.st_uid != getuid() { return "is owned by another user (uid \(info.st_uid))" }
+    if info.st_mode & 0o022 != 0 { return "is writable by others" }
+    return nil
+  }
+
   /// `…/mount9bbs/KIND/KEY`, with the key made safe as a file name.
   static func path(_ kind: String, key: String) -> String {
     let environment = ProcessInfo.processInfo.environment
