@@ -41,6 +41,32 @@ wait_for() {
 # refuses it, so bt_shell drops all output); give it an empty pipe.
 mgmt() { : | timeout 10 btmgmt "$@"; }
 
+# radio_repeats INDEX: hciINDEX's advertisement goes on the air again every half second, as a
+# real radio repeats it every advertising interval. btvirt's controllers send an advertising
+# report only at the moment the scanner switches scanning on or the advertiser switches
+# advertising on (emulator/btdev.c), and the kernel drops a report that comes right behind its
+# own Scan Enable's Command Complete, before it counts discovery as started: a scan can then
+# hear nothing at all for as long as it runs. This switches hciINDEX's advertising off and on
+# again through a raw HCI socket (its data and parameters stay), until radio_quiet.
+RADIO_PID=
+radio_repeats() {
+    local hci=hci$1
+    (
+        while :; do
+            hcitool -i "$hci" cmd 0x08 0x000a 00 > /dev/null 2>&1
+            hcitool -i "$hci" cmd 0x08 0x000a 01 > /dev/null 2>&1
+            sleep 0.5
+        done
+    ) &
+    RADIO_PID=$!
+}
+radio_quiet() {
+    [ -n "$RADIO_PID" ] || return 0
+    kill "$RADIO_PID" 2>/dev/null
+    wait "$RADIO_PID" 2>/dev/null
+    RADIO_PID=
+}
+
 # Seconds since the guest kernel started.
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
 
