@@ -67,11 +67,33 @@ enum DaemonLog {
     }
   }
 
-  /// Opens `path` for appending, for `-o log=FILE`.
+  /// Opens `path` for appending, for `-o log=FILE`. In a directory others may write (/tmp), a
+  /// link is not followed and a file must be the user's own: another user could have put
+  /// either there first to have the mount's log written over a file of the user's, or read.
   static func openLogFile(_ path: String) throws(MountError) -> Int32 {
-    let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+    let directory = (path as NSString).deletingLastPathComponent
+    var parent = stat()
+    let shared =
+      stat(directory.isEmpty ? "." : directory, &parent) == 0
+      && parent.st_mode & (S_ISVTX | 0o022) != 0
+    let fd = open(
+      path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | (shared ? O_NOFOLLOW : 0), 0o600)
     guard fd >= 0 else {
-      throw .refused("cannot open the log file \(path): \(String(cString: strerror(errno)))")
+      let code = errno
+      if code == ELOOP && shared {
+        throw .refused(
+          "the log file \(path) is a symbolic link in a directory others may write: "
+            + "not following it (choose a file in a directory of your own)")
+      }
+      throw .refused("cannot open the log file \(path): \(String(cString: strerror(code)))")
+    }
+    var file = stat()
+    if shared, fstat(fd, &file) == 0, file.st_uid != getuid() || file.st_mode & S_IFMT != S_IFREG {
+      close(fd)
+      throw .refused(
+        "the log file \(path) in a directory others may write is "
+          + (file.st_uid != getuid() ? "another user's (uid \(file.st_uid))" : "not a regular file")
+          + ": not writing to it (choose a file in a directory of your own)")
     }
     return fd
   }

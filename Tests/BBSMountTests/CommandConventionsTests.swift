@@ -397,6 +397,33 @@ final class CommandConventionsTests: XCTestCase {
     XCTAssertFalse(isMounted(directory + "/mnt"))
   }
 
+  /// A log file in a directory others may write (as /tmp): a link planted there is not
+  /// followed, and another user's file is not written to; the mount fails saying so.
+  func testALogFilePlantedInASharedDirectoryIsRefused() throws {
+    let server = try startServer()
+    let directory = try temporaryDirectory()
+    let shared = directory + "/tmp"
+    try FileManager.default.createDirectory(atPath: shared, withIntermediateDirectories: true)
+    XCTAssertEqual(chmod(shared, 0o1777), 0)
+    let victim = directory + "/victim"
+    XCTAssertTrue(FileManager.default.createFile(atPath: victim, contents: Data("mine\n".utf8)))
+    try FileManager.default.createSymbolicLink(
+      atPath: shared + "/m.log", withDestinationPath: victim)
+    let linked = try run(
+      "mount9bbs", ["-o", "log=\(shared)/m.log", server.address, directory + "/mnt"])
+    XCTAssertNotEqual(linked.status, 0)
+    XCTAssertTrue(
+      linked.output.contains("is a symbolic link in a directory others may write"), linked.output)
+    XCTAssertEqual(try String(contentsOfFile: victim, encoding: .utf8), "mine\n")
+    let theirs = shared + "/theirs.log"
+    XCTAssertTrue(FileManager.default.createFile(atPath: theirs, contents: Data()))
+    XCTAssertEqual(chown(theirs, 65534, 65534), 0, "the tests run as root")
+    let owned = try run("mount9bbs", ["-o", "log=\(theirs)", server.address, directory + "/mnt"])
+    XCTAssertNotEqual(owned.status, 0)
+    XCTAssertTrue(owned.output.contains("another user's (uid 65534)"), owned.output)
+    XCTAssertFalse(isMounted(directory + "/mnt"))
+  }
+
   /// `-o debug` is sshfs's `-d`: foreground, tracing to the terminal.
   func testDebugOptionStaysInForegroundAndTraces() throws {
     let server = try startServer()
