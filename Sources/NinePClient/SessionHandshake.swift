@@ -159,7 +159,10 @@ extension Session {
     }
     switch reply {
     case .rversion(let msize, let version):
-      guard version.hasPrefix(NineP.version), !version.hasPrefix("9P2000.") else {
+      // We ask for 9P2000 itself: a server answers that, or an earlier version we do not
+      // speak, or `unknown` (intro(5)). `9P2000.u`, `.L` or `9P2000` with bytes after it is
+      // another dialect, or not 9P at all.
+      guard version == NineP.version else {
         throw .versionNotSupported(serverSaid: version)
       }
       guard msize >= 64 else {

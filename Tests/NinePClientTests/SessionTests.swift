@@ -60,20 +60,24 @@ final class SessionTests: XCTestCase {
     }
   }
 
+  /// Only `9P2000` itself is taken: `unknown`, the `.u` and `.L` dialects and `9P2000` with
+  /// anything after it are refused.
   func testRefusesOtherDialects() throws {
-    let (client, server) = MemoryTransport.pair()
-    let thread = Thread {
-      guard let frame = server.receive(timeout: 5) else { return }
-      _ = frame
-      try? server.send(Message.rversion(msize: 8192, version: "unknown").encoded(tag: NineP.noTag))
-    }
-    thread.start()
-    XCTAssertThrowsError(
-      try Session.connect(
-        transport: client, configuration: SessionConfiguration(profile: .multiplex, uname: "u"))
-    ) { error in
-      XCTAssertEqual(error as? NinePError, .versionNotSupported(serverSaid: "unknown"))
-      XCTAssertTrue("\(error)".contains("does not speak 9P2000"))
+    for answer in ["unknown", "9P2000.L", "9P2000.u", "9P2000<junk>", "9P2000 ", "9P200"] {
+      let (client, server) = MemoryTransport.pair()
+      let thread = Thread {
+        guard let frame = server.receive(timeout: 5) else { return }
+        _ = frame
+        try? server.send(Message.rversion(msize: 8192, version: answer).encoded(tag: NineP.noTag))
+      }
+      thread.start()
+      XCTAssertThrowsError(
+        try Session.connect(
+          transport: client, configuration: SessionConfiguration(profile: .multiplex, uname: "u"))
+      ) { error in
+        XCTAssertEqual(error as? NinePError, .versionNotSupported(serverSaid: answer))
+        XCTAssertTrue("\(error)".contains("does not speak 9P2000"))
+      }
     }
   }
 
