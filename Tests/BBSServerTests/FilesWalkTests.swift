@@ -170,6 +170,27 @@ final class FilesWalkTests: ServerTestCase {
     XCTAssertEqual(status.st_mode & 0o7777, 0o757)
   }
 
+  /// 9P2000 has regular files and directories only: a Tcreate with a 9P2000.u kind (a symbolic
+  /// link, a device, a pipe, a socket, setuid) is refused and makes nothing (a DMSYMLINK|0777
+  /// create made a world-writable regular file holding the link's target).
+  func testCreatesOfOtherKindsAreRefused() throws {
+    try startServer()
+    let client = try connect()
+    let kinds: [(String, UInt32)] = [
+      ("link", 0x0200_0000), ("device", 0x0080_0000), ("pipe", 0x0020_0000),
+      ("socket", 0x0010_0000), ("setuid", 0x0008_0000),
+    ]
+    for (index, (name, bit)) in kinds.enumerated() {
+      let fid = Fid(40 + index)
+      XCTAssertTrue(try walk(client, ["files"], fid: fid))
+      let perm = FileMode(rawValue: bit | 0o777)
+      XCTAssertEqual(
+        try client.rpc(.tcreate(fid: fid, name: name, perm: perm, mode: .write)),
+        .rerror(ename: "invalid argument"), name)
+      XCTAssertFalse(FileManager.default.fileExists(atPath: files + "/" + name), name)
+    }
+  }
+
   /// Links inside the area are followed while their targets stay inside; any that lead out
   /// (`..` above the root, an absolute path elsewhere, a chain of links) are not, and are
   /// not listed; a loop ends in an error, not a hang; removing a link removes the link.

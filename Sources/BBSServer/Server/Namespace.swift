@@ -337,6 +337,13 @@ final class Namespace: Sendable {
         return (.boardMessage(room: room, id: message.id), nil)
       case .files(let path):
         guard let files else { throw NinePFailure.noSuchFile }
+        // 9P2000 makes regular files and directories; the 9P2000.u kinds (symbolic link,
+        // device, pipe, socket, setuid) would be made as a plain file of the wrong kind.
+        let known: UInt32 =
+          FileMode([.directory, .appendOnly, .exclusive, .temporary]).rawValue | 0o777
+        guard perm.rawValue & ~known == 0 else {
+          throw NinePFailure(errno: EINVAL, operation: "create")
+        }
         let fd = try files.create(
           in: path, name: name, directory: perm.isDirectory, permissions: perm.permissions,
           mode: mode)
