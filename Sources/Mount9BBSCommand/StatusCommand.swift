@@ -29,6 +29,10 @@ struct StatusCommand: ParsableCommand {
       Diagnostics.fail("mount9bbs: \(absolute) is not a mount9bbs mount (it is \(kind))")
       throw ExitCode(1)
     }
+    if let others = MountTable.othersMount(at: absolute, asking: "status") {
+      Diagnostics.fail("mount9bbs: \(others)")
+      throw ExitCode(1)
+    }
     let record: RuntimeRecord
     do {
       record = try RuntimeRecord(mountpoint: mountpoint)

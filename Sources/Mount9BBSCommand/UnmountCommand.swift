@@ -40,6 +40,10 @@ enum Unmounter {
       )
       throw ExitCode(1)
     }
+    if getuid() != 0, let others = MountTable.othersMount(at: absolute, asking: "-u") {
+      Diagnostics.fail("mount9bbs: \(others)")
+      throw ExitCode(1)
+    }
     // A live daemon is asked to stop: it answers blocked readers and unmounts itself.
     let record: RuntimeRecord?
     do {

@@ -126,6 +126,28 @@ final class MountSafetyTests: XCTestCase {
       FileManager.default.fileExists(atPath: directory + "/PWNED2"), "the paste ran `…`")
     XCTAssertFalse(isMounted(mountpoint), "the suggestion did not unmount: \(suggested)")
   }
+
+  /// Another user's `status` and `-u` of root's mount say whose mount it is and how to ask,
+  /// rather than blaming a dead daemon or fusermount's `entry … not found in /etc/mtab`; the
+  /// mount is left as it was.
+  func testAnotherUsersStatusAndUnmountSayWhoseMountItIs() throws {
+    let server = try startServerProcess()
+    let mountpoint = try mount(server, "allow_other")
+    let tool = BuiltProducts.path(of: "mount9bbs")
+    let status = try asNobody("'\(tool)' status '\(mountpoint)'")
+    XCTAssertNotEqual(status.status, 0, status.output)
+    XCTAssertTrue(
+      status.output.contains(
+        "is root (uid 0)'s mount: ask them, or run sudo -u root mount9bbs status"),
+      status.output)
+    XCTAssertFalse(status.output.contains("does not answer"), status.output)
+    let unmount = try asNobody("'\(tool)' -u '\(mountpoint)'")
+    XCTAssertNotEqual(unmount.status, 0, unmount.output)
+    XCTAssertTrue(unmount.output.contains("is root (uid 0)'s mount"), unmount.output)
+    XCTAssertFalse(unmount.output.contains("mtab"), unmount.output)
+    XCTAssertTrue(isMounted(mountpoint))
+    XCTAssertEqual(try runBuilt("mount9bbs", ["status", mountpoint]).status, 0)
+  }
 }
 
 /// Single quotes for the test's own shell lines.
