@@ -159,14 +159,17 @@ public final class Session: @unchecked Sendable {
       if let explicit = options.timeout { explicit } else if options.mayPark { nil } else {
         configuration.requestTimeout
       }
-    let now = ContinuousClock.now
-    let deadline = timeout.map { now + $0 }
     let callbacks = Callbacks(completion: completion, spliceSink: spliceSink)
     // Multiplex fast path: with nothing queued ahead, send on the caller's thread instead of
     // handing over to the writer (a thread hop and two context switches).
     let fastPath = configuration.profile == .multiplex
     let splices = spliceSink != nil
     condition.lock()
+    let now = ContinuousClock.now
+    var deadline = timeout.map { now + $0 }
+    if let due = deadline, state.table.serverIsSilent {
+      deadline = min(due, now + TagTable<Callbacks>.silentServerGrace)
+    }
     let id: UInt64
     let refused: [Action]
     var dispatch: TagTable<Callbacks>.Dispatch?

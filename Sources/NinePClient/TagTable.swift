@@ -80,6 +80,8 @@ struct TagTable<Callback> {
     var answered = false
     /// For a Tflush: the request it flushes.
     var flushTarget: UInt64?
+    /// It got no reply before its deadline; its Tflush is queued or on the wire.
+    var timedOut = false
 
     var isFlush: Bool {
       if case .tflush = message { return true }
@@ -158,6 +160,15 @@ struct TagTable<Callback> {
   }
 
   // MARK: - Sending
+
+  /// The longest a new request waits while ``serverIsSilent``.
+  static var silentServerGrace: Duration { .seconds(1) }
+
+  /// A request got no reply for a whole timeout and neither it nor its Tflush has been
+  /// answered since: the server has stopped answering, or is about to be found so. A new
+  /// request then waits ``silentServerGrace`` at most, so a command's second request (`touch`:
+  /// a lookup, then a create) fails with the first rather than a whole timeout later.
+  var serverIsSilent: Bool { requests.values.contains { $0.timedOut && !$0.answered } }
 
   /// Queues `message`, due by `deadline`; returns its id. A closed table (or, for a read that
   /// may park, one that stopped parking) refuses it: the action answers the caller at once.
@@ -378,6 +389,7 @@ struct TagTable<Callback> {
         continue
       }
       if let tag = request.tag {
+        requests[id]?.timedOut = true
         actions.append(.flushingLateRequest(request.message))
         discipline.didTimeOut(tag: tag, now: now)
         enqueueFlush(of: id, now: now)

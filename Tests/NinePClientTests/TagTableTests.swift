@@ -251,6 +251,28 @@ final class TagTableTests: XCTestCase {
     XCTAssertEqual(table.inFlightCount, 0)
   }
 
+  /// A request that timed out, its Tflush unanswered: the server is silent until the Rflush
+  /// (or a late reply) comes. A flush the caller asked for (Ctrl-C) says nothing of the kind.
+  func testATimedOutRequestMarksTheServerSilentUntilItAnswers() throws {
+    var table = table(tags: 4, timeout: .seconds(1))
+    let cancelled = try send(.tread(fid: 3, offset: 0, count: 64), as: "R", in: &table)
+    _ = table.cancel(cancelled.id, now: at(0))
+    XCTAssertFalse(table.serverIsSilent, "a cancel is not silence")
+    _ = try sendFlush(of: cancelled.tag, in: &table)
+    let a = try send(.tstat(fid: 0), as: "A", in: &table, deadline: 100)
+    XCTAssertFalse(table.serverIsSilent)
+    _ = table.expire(now: at(100))
+    XCTAssertTrue(table.serverIsSilent)
+    let flushTag = try sendFlush(of: a.tag, in: &table)
+    _ = table.receive(tag: flushTag, message: .rflush, now: at(150))
+    XCTAssertFalse(table.serverIsSilent, "the Rflush shows it answers")
+    let b = try send(.tstat(fid: 0), as: "B", in: &table, deadline: 200)
+    _ = table.expire(now: at(200))
+    XCTAssertTrue(table.serverIsSilent)
+    _ = table.receive(tag: b.tag, message: .rstat(stat: stat), now: at(250))
+    XCTAssertFalse(table.serverIsSilent, "a late reply shows it answers")
+  }
+
   func testAnUnansweredFlushMeansTheServerStoppedAnswering() throws {
     var table = table(timeout: .seconds(1))
     let a = try send(.tread(fid: 3, offset: 0, count: 64), as: "A", in: &table)
