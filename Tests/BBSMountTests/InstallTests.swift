@@ -22,7 +22,7 @@ final class InstallTests: XCTestCase {
       "bin/mount9bbs", "bin/9bbsd", "bin/mount9bbs-bench", "sbin/mount.mount9bbs",
       "sbin/mount.fuse.mount9bbs", "share/man/man1/mount9bbs.1", "share/man/man1/9bbsd.1",
       "share/man/man1/mount9bbs-bench.1", "share/man/man5/mount9bbs.5",
-      "share/man/man8/mount.mount9bbs.8",
+      "share/man/man8/mount.mount9bbs.8", "share/man/man8/mount.fuse.mount9bbs.8",
       "share/bash-completion/completions/mount9bbs", "share/zsh/site-functions/_mount9bbs",
       "share/fish/vendor_completions.d/mount9bbs.fish", "share/bash-completion/completions/9bbsd",
       "lib/systemd/system/9bbsd.service", "lib/systemd/user/mount9bbs@.service",
