@@ -27,6 +27,9 @@ final class ConnectionHandler: Sendable {
     /// on from here (as a Plan 9 server keeps its Dir array per fid), so listing a directory
     /// of N entries costs one pass over it, not one per read.
     var listing: [[UInt8]]?
+    /// The fid's Tcreate made its board message: clunked while still unwritten, the message
+    /// goes (``MessageBoard/discardIfUnwritten(in:id:)``).
+    var createdMessage = false
   }
 
   struct Parked {
@@ -127,11 +130,20 @@ final class ConnectionHandler: Sendable {
   func reset(_ state: inout State) {
     for parked in state.parked.values { namespace.board.chat.removeWaiter(parked.waiter) }
     state.parked.removeAll()
-    for fid in state.fids.values { if let fd = fid.fd { Glibc.close(fd) } }
+    for fid in state.fids.values {
+      if let fd = fid.fd { Glibc.close(fd) }
+      dropIfUnwritten(fid)
+    }
     state.fids.removeAll()
     state.auth.removeAll()
     for user in state.present { namespace.board.chat.leave(user) }
     state.present.removeAll()
+  }
+
+  /// A fid that created a board message let go: the message goes if it was never written.
+  func dropIfUnwritten(_ fid: FidState) {
+    guard fid.createdMessage, case .boardMessage(let room, let message) = fid.node else { return }
+    namespace.board.rooms.discardIfUnwritten(in: room, id: message)
   }
 
   /// Whether a new fid (or afid) may be made with this number.
