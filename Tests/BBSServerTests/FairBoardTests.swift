@@ -1,3 +1,4 @@
+import BBSIdentity
 import Foundation
 import NinePProtocol
 import NinePTransport
@@ -149,5 +150,87 @@ final class FairBoardTests: ServerTestCase {
         (try? self.server?.board.rooms.messages(in: "lobby").map(\.id)) == [200, 250]
       },
       "a message created and never written outlived its session")
+  }
+
+  // MARK: Shares
+
+  /// A guest's share is its network: a /24, a /64, an IPv4-mapped address's /24.
+  func testGuestNetworks() {
+    XCTAssertEqual(SourceNetwork.key(of: "127.0.5.9"), "127.0.5.0/24")
+    XCTAssertEqual(SourceNetwork.key(of: "2001:db8:1:2:3::4"), "2001:db8:1:2::/64")
+    XCTAssertEqual(SourceNetwork.key(of: "::ffff:10.1.2.3"), "10.1.2.0/24")
+    XCTAssertEqual(SourceNetwork.key(of: "AA:BB:CC:DD:EE:FF"), "AA:BB:CC:DD:EE:FF")
+  }
+
+  /// A client attached as `key`'s identity (a member), from 127.0.0.1.
+  private func member(_ key: PrivateKey) throws -> WireClient {
+    let client = try dial()
+    _ = try client.rpc(.tversion(msize: 8192, version: "9P2000"), tag: NineP.noTag)
+    _ = try client.rpc(.tauth(afid: 7, uname: key.identity.hex, aname: ""))
+    guard case .rread(let bytes) = try client.rpc(.tread(fid: 7, offset: 0, count: 1024)) else {
+      throw TestError.unexpected("no challenge")
+    }
+    let challenge = try ChallengeResponse.Challenge(parsing: Array(bytes))
+    let response = try ChallengeResponse.respond(to: challenge, with: key)
+    _ = try client.rpc(.twrite(fid: 7, offset: 0, data: response[...]))
+    let attach = try client.rpc(.tattach(fid: 0, afid: 7, uname: key.identity.hex, aname: ""))
+    guard case .rattach = attach else { throw TestError.unexpected("member attach: \(attach)") }
+    return client
+  }
+
+  /// A guest from `source` that parks a chat read and sends nothing more.
+  private func parkedGuest(port: Int, source: String) throws -> RawSocket {
+    let socket = try RawSocket(port: port, source: source)
+    guard case .rversion = try socket.rpc(.tversion(msize: 8192, version: "9P2000")),
+      case .rattach = try socket.rpc(.tattach(fid: 0, afid: NineP.noFid, uname: "", aname: "")),
+      case .rwalk = try socket.rpc(.twalk(fid: 0, newfid: 1, names: ["chat", "lobby"])),
+      case .ropen = try socket.rpc(.topen(fid: 1, mode: .read))
+    else {
+      socket.close()
+      throw TestError.unexpected("guest from \(source) not attached")
+    }
+    // Nothing is posted: the read parks.
+    try socket.send(.tread(fid: 1, offset: 0, count: 4096), tag: 9)
+    return socket
+  }
+
+  /// 256 parked chat reads from 8 addresses (32 each, the per-address cap) fill the board; a
+  /// member still connects and posts within 1 s: the newest session of a guest network
+  /// holding the most is taken back for it.
+  func testParkedReadsFromEightAddressesDoNotKeepAMemberOut() throws {
+    try startServer { $0.auth = .optional }
+    let port = try RawSocket.port(of: address)
+    var parked: [RawSocket] = []
+    defer { for socket in parked { socket.close() } }
+    for network in 1...8 {
+      for _ in 0..<32 { parked.append(try parkedGuest(port: port, source: "127.0.\(network).1")) }
+    }
+    XCTAssertEqual(server?.sessionCount, BBSServerConfiguration.defaultConnectionCap)
+
+    let started = Date()
+    let alice = try member(PrivateKey.generate(.ed25519))
+    XCTAssertEqual(try alice.post("lobby:a member got in"), .rwrite(count: 21))
+    let elapsed = Date().timeIntervalSince(started)
+    XCTAssertLessThan(elapsed, 1, "the member took \(elapsed) s to connect and post")
+    // One guest session gave way; the member's is the 256th.
+    XCTAssertEqual(server?.sessionCount, BBSServerConfiguration.defaultConnectionCap)
+  }
+
+  /// A full board: a parked chat read keeps a quiet connection no longer than the idle
+  /// timeout.
+  func testParkedReadsIdleOutOnAFullBoard() throws {
+    try startServer {
+      $0.connectionLimit = .refuse(2)
+      $0.idleTimeout = .seconds(1)
+    }
+    let port = try RawSocket.port(of: address)
+    let parked = [
+      try parkedGuest(port: port, source: "127.0.1.1"),
+      try parkedGuest(port: port, source: "127.0.2.1"),
+    ]
+    defer { for socket in parked { socket.close() } }
+    XCTAssertTrue(
+      waitUntil(timeout: 5) { parked.contains { $0.waitForClose(timeout: 0.1) } },
+      "parked reads held a full board past the idle timeout")
   }
 }

@@ -70,7 +70,7 @@ final class ConnectionHandler: Sendable {
   /// is not limited.
   let address: String?
   /// Whether the session's first Tattach may go on (nil) or why not.
-  let admitAttach: @Sendable (String) -> String?
+  let admitAttach: @Sendable (String, Bool) -> String?
 
   /// Device or gen1: a board's fid, create, remove and wstat rules.
   var device: Bool { configuration.profile.imitatesBoard }
@@ -81,12 +81,13 @@ final class ConnectionHandler: Sendable {
   ///   - send: sends frames in order, atomically with respect to other sends.
   ///   - limiter: the server's posting allowance, shared by every session.
   ///   - address: the client's TCP host or Bluetooth address; nil for a local client.
-  ///   - admitAttach: told the user id of the session's first Tattach; a refusal (`board
-  ///     full: …`) fails that Tattach (see ``BBSServer/settleAttach(of:as:)``).
+  ///   - admitAttach: told the user id of the session's first Tattach and whether it is a
+  ///     verified identity; a refusal (`board full: …`) fails that Tattach (see
+  ///     ``BBSServer/settleAttach(of:as:member:)``).
   init(
     id: Int, namespace: Namespace, configuration: BBSServerConfiguration, logger: Logger,
     wakeQueue: DispatchQueue, limiter: PostingLimiter, address: String?,
-    admitAttach: @escaping @Sendable (String) -> String? = { _ in nil },
+    admitAttach: @escaping @Sendable (String, Bool) -> String? = { _, _ in nil },
     send: @escaping @Sendable ([[UInt8]]) -> Void
   ) {
     self.id = id
@@ -290,6 +291,11 @@ final class ConnectionHandler: Sendable {
     }
     logger.warning("session \(id): malformed request: \(error); answering '\(ename)'")
     return Message.rerror(ename: ename).encoded(tag: tag)
+  }
+
+  /// Whether `user` is a member: an identity its Tauth proved (everyone else is a guest).
+  func isMember(_ user: BoardUser) -> Bool {
+    configuration.auth != .off && !user.id.isEmpty
   }
 
   /// Whose allowance a post (Tcreate of a message or room, Twrite of chat or a message)
