@@ -56,7 +56,18 @@ extension BBSServer {
       }
       let id = state.nextID
       if case .refuse(let max) = configuration.connectionLimit {
-        if let why = Self.probationOrRefusal(&state, limit: max, newcomer: id) {
+        let network: String?
+        if case .tcp(let host, _) = transport.address {
+          network = SourceNetwork.key(of: host)
+        } else if case .l2cap(let host, _, _) = transport.address {
+          network = SourceNetwork.key(of: host)
+        } else {
+          network = nil
+        }
+        if let why = Self.probationOrRefusal(
+          &state, limit: max, newcomer: id, network: network,
+          membersExist: configuration.auth != .off)
+        {
           refusal = why
           full = true
           return nil
@@ -134,6 +145,7 @@ extension BBSServer {
       state.fidsLeftOpen += fidsLeftOpen
       state.endedSinceTrim += 1
       state.users[id] = nil
+      state.shares[id] = nil
       state.probation.remove(id)
       state.reclaimed.remove(id)
       return state.slotted.remove(id) != nil

@@ -32,8 +32,10 @@ extension BBSServer {
   private func watch() {
     let now = ContinuousClock.now
     let connections = state.withLock { Array($0.connections.values) }
+    var full = false
+    if case .refuse(let limit) = configuration.connectionLimit { full = connections.count >= limit }
     for connection in connections {
-      guard let reason = connection.overdue(at: now) else { continue }
+      guard let reason = connection.overdue(at: now, boardFull: full) else { continue }
       logger.notice("session \(connection.id): closing: \(reason)")
       connection.close(reason: reason)
     }

@@ -87,6 +87,9 @@ public final class BBSServer: Sendable {
     var fullAnswers = 0
     /// The user each connection first attached as.
     var users: [Int: String] = [:]
+    /// The share each attached connection counts against: `id …` (a member), `net …` (a
+    /// guest network); local connections have none (BBSServer+Reclaim.swift).
+    var shares: [Int: String] = [:]
     /// Newcomers let in while the board is full, until their Tattach (``settleAttach``).
     var probation: Set<Int> = []
     /// Connections being closed to make room for a newcomer: no longer counted.

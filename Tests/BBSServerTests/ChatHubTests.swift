@@ -34,16 +34,17 @@ final class ChatHubTests: XCTestCase {
 
   func testNewlineStrippingAndTruncation() throws {
     let chat = try makeChat()
-    // One post is one line: "a\n\n" is the line "a" and an empty line; a CRLF ends a line.
+    // One post is one line: "a\n\n" is the line "a" and a blank line, which is dropped; a
+    // CRLF ends a line.
     XCTAssertEqual(
-      try chat.post(payload: Array("lobby:a\n\n".utf8), author: "a").text, Array("".utf8))
+      try chat.post(payload: Array("lobby:a\n\n".utf8), author: "a").text, Array("a".utf8))
     XCTAssertEqual(
       try chat.post(payload: Array("lobby:b\r\n".utf8), author: "a").text, Array("b".utf8))
     XCTAssertEqual(
       text(try chat.read(room: "lobby", user: "r", count: 4096)).split(
         separator: "\n", omittingEmptySubsequences: false
       ).map { $0.split(separator: " ", maxSplits: 2).dropFirst(2).first ?? "" },
-      ["a", "", "b", ""])
+      ["a", "b", ""])
     XCTAssertThrowsError(try chat.post(payload: Array("lobby:c\rd".utf8), author: "a")) {
       XCTAssertEqual($0 as? BoardError, .invalidArgument)
     }

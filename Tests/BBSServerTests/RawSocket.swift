@@ -6,10 +6,33 @@ import NinePProtocol
 final class RawSocket {
   let fd: Int32
 
-  /// Connects to `127.0.0.1:port` (blocking, with a 5 s receive timeout).
-  init(port: Int) throws {
-    fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+  /// Connects to `127.0.0.1:port` (blocking, with a 5 s receive timeout), from `source` if
+  /// given (another address of 127/8: the server sees another client address).
+  init(port: Int, source: String? = nil) throws {
+    fd = try Self.connected(port: port, source: source)
+    var timeout = timeval(tv_sec: 5, tv_usec: 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+  }
+
+  /// A TCP socket connected to `127.0.0.1:port`, bound first to `source` if given.
+  static func connected(port: Int, source: String? = nil) throws -> Int32 {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { throw TestError.unexpected("socket: errno \(errno)") }
+    if let source {
+      var local = sockaddr_in()
+      local.sin_family = sa_family_t(AF_INET)
+      local.sin_addr.s_addr = inet_addr(source)
+      let bound = withUnsafePointer(to: &local) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+          bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+        }
+      }
+      guard bound == 0 else {
+        let code = errno
+        Glibc.close(fd)
+        throw TestError.unexpected("bind \(source): errno \(code)")
+      }
+    }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -24,8 +47,7 @@ final class RawSocket {
       Glibc.close(fd)
       throw TestError.unexpected("connect: errno \(code)")
     }
-    var timeout = timeval(tv_sec: 5, tv_usec: 0)
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    return fd
   }
 
   /// The port of a `tcp!host!port` dial string.

@@ -19,6 +19,18 @@ final class WireClient: @unchecked Sendable {
 
   init(_ dial: String, options: DialOptions = DialOptions()) throws {
     transport = try NinePTransport.dial(TransportAddress(parsing: dial), options: options)
+    startReader()
+  }
+
+  /// A client of `127.0.0.1:port` from `source`, another address of 127/8 (the server sees
+  /// another client address).
+  init(port: Int, source: String) throws {
+    let fd = try RawSocket.connected(port: port, source: source)
+    transport = try SocketTransport.connect(to: .fd(read: fd, write: fd))
+    startReader()
+  }
+
+  private func startReader() {
     let thread = Thread { [self] in readLoop() }
     thread.name = "test.reader"
     thread.start()

@@ -32,7 +32,8 @@ public struct BoardLimits: Sendable, Equatable {
   public var maxChatText: Int
   /// Bytes of author name kept (device: 31).
   public var maxAuthor: Int
-  /// Messages per board room before Tcreate fails with ENOSPC (device: 20).
+  /// Messages per board room: beyond, Tcreate fails with ENOSPC (device: 20), or the oldest
+  /// message goes (``roomsAreRings``).
   public var messagesPerRoom: Int
   /// Board rooms in all (device: 8).
   public var maxBoardRooms: Int
@@ -60,6 +61,15 @@ public struct BoardLimits: Sendable, Equatable {
   /// the time since their last read, post or attach. A board lists every user who ever read
   /// a room while it runs (docs/board-facts.md §1.4), and the device and gen1 profiles do too.
   public var listsConnectedUsers = false
+  /// A full board room drops its oldest message for a new one, as a chat ring does, instead of
+  /// refusing every new message with ENOSPC (one poster could fill a room for everyone). A
+  /// device refuses.
+  public var roomsAreRings = false
+  /// Nothing empty is kept: a chat post with no visible text is refused (EINVAL), blank lines
+  /// of a longer post are dropped, a write that would leave a board message empty is refused,
+  /// and a message is stored only once written, so one created and never written goes when
+  /// its creator clunks it. A device keeps empty posts and messages.
+  public var refusesEmptyPosts = false
 
   /// The default ``maxMessageBytes`` of the default profile: 64 KiB.
   public static let defaultMaxMessageBytes = 64 << 10
@@ -76,7 +86,8 @@ public struct BoardLimits: Sendable, Equatable {
     chatRingCapacity: 1000, maxChatUsers: nil, maxChatText: 255, maxAuthor: 31,
     messagesPerRoom: 10_000, maxBoardRooms: 1000, maxRoomName: 31, clock: .wallClock,
     failsRootRoomCreate: false, messageWriteReplaces: false, messageStyle: .standard,
-    refusesControlCharacters: true, listsConnectedUsers: true)
+    refusesControlCharacters: true, listsConnectedUsers: true, roomsAreRings: true,
+    refusesEmptyPosts: true)
 
   /// The limits that go with a profile.
   public static func forProfile(_ profile: BBSProfile) -> BoardLimits {

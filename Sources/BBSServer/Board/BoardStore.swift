@@ -92,6 +92,9 @@ public protocol BoardStore: Sendable {
   func boardMessages(room: String) throws(BoardError) -> [BoardMessage]
   /// Inserts or replaces a board message (keyed by room and id).
   func saveBoardMessage(_ message: BoardMessage) throws(BoardError)
+  /// Forgets a board message (a full room's oldest, dropped for a new one); one not stored
+  /// is no error.
+  func deleteBoardMessage(room: String, id: UInt32) throws(BoardError)
   /// Stored /etc values.
   func etcValues() throws(BoardError) -> [EtcField: String]
   /// Stores one /etc value.
@@ -150,6 +153,10 @@ public final class InMemoryBoardStore: BoardStore {
       }
       $0.messages[message.room] = list
     }
+  }
+
+  public func deleteBoardMessage(room: String, id: UInt32) {
+    state.withLock { $0.messages[room]?.removeAll { $0.id == id } }
   }
 
   public func etcValues() -> [EtcField: String] { state.withLock { $0.etc } }

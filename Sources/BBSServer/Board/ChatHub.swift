@@ -87,7 +87,8 @@ public final class ChatHub: Sendable {
   /// author is cut to the author limit.
   /// - Throws: ``BoardError/notFound`` for an unknown or empty room name,
   ///   ``BoardError/invalidArgument`` for any other control character than tab (a lone `\r`
-  ///   would let a terminal overwrite the author), ``BoardError/storage(_:)`` when the store
+  ///   would let a terminal overwrite the author) or, with ``BoardLimits/refusesEmptyPosts``,
+  ///   a post with no visible text (its blank lines are dropped), ``BoardError/storage(_:)`` when the store
   ///   cannot keep the posts (then none is posted).
   /// Returns the last message posted.
   @discardableResult
@@ -156,6 +157,13 @@ public final class ChatHub: Sendable {
   private func post(room: String, lines: [ArraySlice<UInt8>], author: BoardUser)
     throws(BoardError) -> ChatMessage
   {
+    var lines = lines
+    if limits.refusesEmptyPosts {
+      // A blank line is a line of noise under the author's name; a post of nothing but
+      // blanks is refused.
+      lines.removeAll { $0.allSatisfy { $0 == 0x20 || $0 == 0x09 } }
+      guard !lines.isEmpty else { throw BoardError.invalidArgument }
+    }
     let name = displayName(author)
     let key = cursorKey(author)
     let stamp = limits.clock == .uptime ? clock.uptimeMillis : clock.wallMillis

@@ -8,6 +8,8 @@ public final class MessageBoard: Sendable {
     var messages: [BoardMessage] = []
     /// Raw text written so far per message id, to reparse chunked writes (default profile).
     var drafts: [UInt32: [UInt8]] = [:]
+    /// Messages created and not written yet, not stored (``BoardLimits/refusesEmptyPosts``).
+    var unwritten: Set<UInt32> = []
   }
   private struct State {
     var order: [String] = []
@@ -98,7 +100,10 @@ public final class MessageBoard: Sendable {
   }
 
   /// Creates an empty message from a Tcreate name `<ms-timestamp>` or `<ms-timestamp>-<x>`;
-  /// its id is the lower 32 bits of the timestamp. Without a timestamp, the next free id.
+  /// its id is the lower 32 bits of the timestamp. Without a timestamp, the next free id. In a
+  /// room of ``BoardLimits/roomsAreRings`` a full room drops its oldest message for it; with
+  /// ``BoardLimits/refusesEmptyPosts`` it is stored only once written (see
+  /// ``discardIfUnwritten(in:id:)``).
   /// - Throws: ``BoardError/notFound`` (no room), ``BoardError/noSpace`` (room full),
   ///   ``BoardError/exists`` (id taken).
   public func createMessage(in room: String, name: String, author: String) throws(BoardError)
@@ -107,39 +112,77 @@ public final class MessageBoard: Sendable {
     let who = truncateUTF8(author.isEmpty ? "anonymous" : author, maxBytes: limits.maxAuthor)
     let requested = leadingNumber(name).map { UInt32(truncatingIfNeeded: $0) } ?? 0
     let date = limits.clock == .uptime ? clock.uptimeMillis : clock.wallMillis
+    var dropped: [BoardMessage] = []
     let message = try state.withLock { state throws(BoardError) -> BoardMessage in
       guard var entry = state.rooms[room] else { throw BoardError.notFound }
-      guard entry.messages.count < limits.messagesPerRoom else { throw BoardError.noSpace }
       var id = requested
       if id == 0 { id = (entry.messages.map(\.id).max() ?? 0) &+ 1 }
       guard !entry.messages.contains(where: { $0.id == id }) else { throw BoardError.exists }
+      if entry.messages.count >= limits.messagesPerRoom {
+        guard limits.roomsAreRings else { throw BoardError.noSpace }
+        let excess = entry.messages.count - limits.messagesPerRoom + 1
+        dropped = Array(entry.messages.prefix(excess))
+        entry.messages.removeFirst(excess)
+        for old in dropped {
+          entry.drafts[old.id] = nil
+          entry.unwritten.remove(old.id)
+        }
+      }
       state.sequence += 1
       let message = BoardMessage(
         room: room, id: id, author: who, date: date, signature: who, sequence: state.sequence)
       entry.messages.append(message)
+      if limits.refusesEmptyPosts { entry.unwritten.insert(id) }
       state.rooms[room] = entry
       return message
     }
     do throws(BoardError) {
-      try store.saveBoardMessage(message)
+      if !limits.refusesEmptyPosts { try store.saveBoardMessage(message) }
+      for old in dropped { try store.deleteBoardMessage(room: room, id: old.id) }
     } catch {
       // Not stored, so not created: the client gets the error and nothing is left behind.
-      state.withLock { $0.rooms[room]?.messages.removeAll { $0.id == message.id } }
+      state.withLock { state in
+        state.rooms[room]?.messages.removeAll { $0.id == message.id }
+        state.rooms[room]?.unwritten.remove(message.id)
+      }
       logger.error(
         "board: could not store message \(message.id) in \(LogText.escaped(room)): \(error)")
       throw error
+    }
+    if !dropped.isEmpty {
+      logger.info(
+        "board: \(LogText.escaped(room)) is full (\(limits.messagesPerRoom) messages): dropped its oldest, \(dropped.map { String($0.id) }.joined(separator: ", "))"
+      )
     }
     logger.info(
       "board: \(LogText.escaped(who)) created message \(message.id) in \(LogText.escaped(room))")
     return message
   }
 
+  /// Forgets a message created and never written (``BoardLimits/refusesEmptyPosts``): its
+  /// creator clunked it empty. Returns whether it was such a message.
+  @discardableResult
+  public func discardIfUnwritten(in room: String, id: UInt32) -> Bool {
+    let discarded = state.withLock { state -> Bool in
+      guard state.rooms[room]?.unwritten.remove(id) != nil else { return false }
+      state.rooms[room]?.messages.removeAll { $0.id == id }
+      state.rooms[room]?.drafts[id] = nil
+      return true
+    }
+    if discarded {
+      logger.info("board: message \(id) in \(LogText.escaped(room)) left empty: not kept")
+    }
+    return discarded
+  }
+
   /// Writes message content. The text is parsed as RFC-822 headers (keeping `Subject`) and the
   /// header block stripped. In the device profile each write is parsed alone; otherwise writes
   /// are assembled by offset and the whole text parsed again. Returns the bytes accepted.
   /// - Throws: ``BoardError/noSpace`` for a write that would make the text larger than
-  ///   ``BoardLimits/maxMessageBytes`` (nothing is written), ``BoardError/storage(_:)`` when
-  ///   the store fails (the message keeps its stored text).
+  ///   ``BoardLimits/maxMessageBytes`` (nothing is written), ``BoardError/invalidArgument``
+  ///   for one that would leave it empty (``BoardLimits/refusesEmptyPosts``; nothing is
+  ///   written), ``BoardError/storage(_:)`` when the store fails (the message keeps its stored
+  ///   text).
   public func write(in room: String, id: UInt32, offset: UInt64, data: [UInt8])
     throws(BoardError) -> Int
   {
@@ -148,12 +191,12 @@ public final class MessageBoard: Sendable {
     guard start <= UInt64(maxSize), UInt64(data.count) <= UInt64(maxSize) - start else {
       throw BoardError.noSpace
     }
-    var previous: (message: BoardMessage, draft: [UInt8]?)?
+    var previous: (message: BoardMessage, draft: [UInt8]?, unwritten: Bool)?
     let updated = try state.withLock { state throws(BoardError) -> BoardMessage in
       guard var entry = state.rooms[room],
         let index = entry.messages.firstIndex(where: { $0.id == id })
       else { throw BoardError.notFound }
-      previous = (entry.messages[index], entry.drafts[id])
+      previous = (entry.messages[index], entry.drafts[id], entry.unwritten.contains(id))
       var raw: [UInt8]
       if limits.messageWriteReplaces {
         raw = data
@@ -164,11 +207,15 @@ public final class MessageBoard: Sendable {
         let end = min(start + data.count, maxSize)
         if raw.count < end { raw += [UInt8](repeating: 0, count: end - raw.count) }
         raw.replaceSubrange(start..<end, with: data.prefix(end - start))
-        entry.drafts[id] = raw
       }
       let (subject, body) = parseRFC822(raw)
-      if let subject { entry.messages[index].subject = subject }
-      entry.messages[index].body = body
+      var message = entry.messages[index]
+      if let subject { message.subject = subject }
+      message.body = body
+      if limits.refusesEmptyPosts && Self.isBlank(message) { throw BoardError.invalidArgument }
+      if !limits.messageWriteReplaces { entry.drafts[id] = raw }
+      entry.messages[index] = message
+      entry.unwritten.remove(id)
       state.rooms[room] = entry
       return entry.messages[index]
     }
@@ -182,11 +229,18 @@ public final class MessageBoard: Sendable {
           }
           state.rooms[room]?.messages[index] = previous.message
           state.rooms[room]?.drafts[id] = previous.draft
+          if previous.unwritten { state.rooms[room]?.unwritten.insert(id) }
         }
       }
       throw error
     }
     return data.count
+  }
+
+  /// Whether a message has nothing to read: no subject and a body of white space at most.
+  private static func isBlank(_ message: BoardMessage) -> Bool {
+    message.subject.allSatisfy(\.isWhitespace)
+      && message.body.allSatisfy { $0 == 0x20 || (0x09...0x0D).contains($0) || $0 == 0 }
   }
 }
 

@@ -184,6 +184,13 @@ public final class SQLiteBoardStore: BoardStore {
     }
   }
 
+  public func deleteBoardMessage(room: String, id: UInt32) throws(BoardError) {
+    try write { db in
+      try db.execute(
+        sql: "DELETE FROM boardMessage WHERE room = ? AND id = ?", arguments: [room, Int64(id)])
+    }
+  }
+
   public func etcValues() throws(BoardError) -> [EtcField: String] {
     try read { db in
       var values: [EtcField: String] = [:]

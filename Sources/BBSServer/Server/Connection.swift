@@ -76,7 +76,9 @@ final class Connection: Sendable {
       id: id, namespace: server.namespace, configuration: server.configuration,
       logger: server.logger,
       wakeQueue: server.wakeQueue, limiter: server.limiter, address: host,
-      admitAttach: { [weak server] user in server?.settleAttach(of: id, as: user) },
+      admitAttach: { [weak server] user, member in
+        server?.settleAttach(of: id, as: user, member: member)
+      },
       send: { sendAll($0.map(OutgoingFrame.bytes)) })
   }
 
@@ -229,8 +231,10 @@ final class Connection: Sendable {
   // MARK: Timeouts
 
   /// Why the connection should be closed now (a timeout of ``BBSServerConfiguration``), or
-  /// nil. Called by the server's watchdog.
-  func overdue(at now: ContinuousClock.Instant) -> String? {
+  /// nil. Called by the server's watchdog. A parked chat read keeps a quiet connection open,
+  /// unless `boardFull`: then it counts as idle, so a pile of parked reads cannot hold the
+  /// board.
+  func overdue(at now: ContinuousClock.Instant, boardFull: Bool = false) -> String? {
     let configuration = server.configuration
     if !handler.isAttached, opened.duration(to: now) > configuration.handshakeTimeout {
       return "no Tversion and Tattach within \(configuration.handshakeTimeout)"
@@ -250,10 +254,11 @@ final class Connection: Sendable {
     if let since = seen.partialSince, since.duration(to: now) > configuration.stallTimeout {
       return "a request stayed half-sent, no byte coming, for \(configuration.stallTimeout)"
     }
-    if seen.lastRequest.duration(to: now) > configuration.idleTimeout, !handler.hasParkedRead,
-      !isProcessing
+    if seen.lastRequest.duration(to: now) > configuration.idleTimeout,
+      boardFull || !handler.hasParkedRead, !isProcessing
     {
-      return "idle for \(configuration.idleTimeout)"
+      let parked = handler.hasParkedRead ? " (a parked read, on a full board)" : ""
+      return "idle for \(configuration.idleTimeout)\(parked)"
     }
     return nil
   }

@@ -6,7 +6,10 @@ extension ConnectionHandler {
   func handleClunk(fid: Fid, state: inout State, before: inout [[UInt8]]) -> Message {
     state.auth.remove(fid)
     answerParked(onFid: fid, state: &state, before: &before)
-    if let entry = state.fids.removeValue(forKey: fid), let fd = entry.fd { Glibc.close(fd) }
+    if let entry = state.fids.removeValue(forKey: fid) {
+      if let fd = entry.fd { Glibc.close(fd) }
+      dropIfUnwritten(entry)
+    }
     return .rclunk
   }
 
@@ -27,6 +30,9 @@ extension ConnectionHandler {
 
   private func clunk(_ fid: Fid, state: inout State, before: inout [[UInt8]]) {
     answerParked(onFid: fid, state: &state, before: &before)
-    if let entry = state.fids.removeValue(forKey: fid), let fd = entry.fd { Glibc.close(fd) }
+    if let entry = state.fids.removeValue(forKey: fid) {
+      if let fd = entry.fd { Glibc.close(fd) }
+      dropIfUnwritten(entry)
+    }
   }
 }

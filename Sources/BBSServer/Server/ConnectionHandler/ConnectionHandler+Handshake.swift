@@ -46,7 +46,9 @@ extension ConnectionHandler {
     let user = try attachingUser(afid: afid, uname: uname, state: state)
     try checkNewFid(fid, state)
     // A full board lets a newcomer on probation in only if its user holds no session yet.
-    if !state.attached, let refusal = admitAttach(user.id) { throw NinePFailure(refusal) }
+    if !state.attached, let refusal = admitAttach(user.id, isMember(user)) {
+      throw NinePFailure(refusal)
+    }
     var node = NamespaceNode.root
     for name in aname.split(separator: "/") where !name.isEmpty {
       guard let next = namespace.walk(from: node, name: String(name)) else {

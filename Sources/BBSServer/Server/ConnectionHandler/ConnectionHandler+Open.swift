@@ -35,6 +35,7 @@ extension ConnectionHandler {
       in: entry.node, name: name, perm: perm, mode: mode, user: entry.user)
     entry.node = created.node
     entry.fd = created.fd
+    if case .boardMessage = created.node { entry.createdMessage = true }
     entry.openMode = mode
     state.fids[fid] = entry
     logger.debug("session \(id): created \(LogText.escaped(created.node.path))")

@@ -27,6 +27,9 @@ final class ConnectionHandler: Sendable {
     /// on from here (as a Plan 9 server keeps its Dir array per fid), so listing a directory
     /// of N entries costs one pass over it, not one per read.
     var listing: [[UInt8]]?
+    /// The fid's Tcreate made its board message: clunked while still unwritten, the message
+    /// goes (``MessageBoard/discardIfUnwritten(in:id:)``).
+    var createdMessage = false
   }
 
   struct Parked {
@@ -67,7 +70,7 @@ final class ConnectionHandler: Sendable {
   /// is not limited.
   let address: String?
   /// Whether the session's first Tattach may go on (nil) or why not.
-  let admitAttach: @Sendable (String) -> String?
+  let admitAttach: @Sendable (String, Bool) -> String?
 
   /// Device or gen1: a board's fid, create, remove and wstat rules.
   var device: Bool { configuration.profile.imitatesBoard }
@@ -78,12 +81,13 @@ final class ConnectionHandler: Sendable {
   ///   - send: sends frames in order, atomically with respect to other sends.
   ///   - limiter: the server's posting allowance, shared by every session.
   ///   - address: the client's TCP host or Bluetooth address; nil for a local client.
-  ///   - admitAttach: told the user id of the session's first Tattach; a refusal (`board
-  ///     full: …`) fails that Tattach (see ``BBSServer/settleAttach(of:as:)``).
+  ///   - admitAttach: told the user id of the session's first Tattach and whether it is a
+  ///     verified identity; a refusal (`board full: …`) fails that Tattach (see
+  ///     ``BBSServer/settleAttach(of:as:member:)``).
   init(
     id: Int, namespace: Namespace, configuration: BBSServerConfiguration, logger: Logger,
     wakeQueue: DispatchQueue, limiter: PostingLimiter, address: String?,
-    admitAttach: @escaping @Sendable (String) -> String? = { _ in nil },
+    admitAttach: @escaping @Sendable (String, Bool) -> String? = { _, _ in nil },
     send: @escaping @Sendable ([[UInt8]]) -> Void
   ) {
     self.id = id
@@ -127,11 +131,20 @@ final class ConnectionHandler: Sendable {
   func reset(_ state: inout State) {
     for parked in state.parked.values { namespace.board.chat.removeWaiter(parked.waiter) }
     state.parked.removeAll()
-    for fid in state.fids.values { if let fd = fid.fd { Glibc.close(fd) } }
+    for fid in state.fids.values {
+      if let fd = fid.fd { Glibc.close(fd) }
+      dropIfUnwritten(fid)
+    }
     state.fids.removeAll()
     state.auth.removeAll()
     for user in state.present { namespace.board.chat.leave(user) }
     state.present.removeAll()
+  }
+
+  /// A fid that created a board message let go: the message goes if it was never written.
+  func dropIfUnwritten(_ fid: FidState) {
+    guard fid.createdMessage, case .boardMessage(let room, let message) = fid.node else { return }
+    namespace.board.rooms.discardIfUnwritten(in: room, id: message)
   }
 
   /// Whether a new fid (or afid) may be made with this number.
@@ -278,6 +291,11 @@ final class ConnectionHandler: Sendable {
     }
     logger.warning("session \(id): malformed request: \(error); answering '\(ename)'")
     return Message.rerror(ename: ename).encoded(tag: tag)
+  }
+
+  /// Whether `user` is a member: an identity its Tauth proved (everyone else is a guest).
+  func isMember(_ user: BoardUser) -> Bool {
+    configuration.auth != .off && !user.id.isEmpty
   }
 
   /// Whose allowance a post (Tcreate of a message or room, Twrite of chat or a message)
