@@ -86,6 +86,8 @@ final class DescriptorFollower: Sendable {
     condition.lock()
     defer { condition.unlock() }
     while true {
+      // house: `condition`, then `state`; the reading thread never holds `state` while it
+      // takes `condition`.
       let (found, finished) = state.withLock { (answer($0.seen), $0.seen.finished) }
       if found != nil || finished { return found }
       let left = deadline - Clock.now
