@@ -110,18 +110,17 @@ struct AwarenessSection: BenchSection {
   private func eventLatencies(of fs: MountedFS, uname: String) throws -> (
     latencies: [Double], posted: [Int: Double]
   ) {
-    let events = LineFollower(path: fs.mountpoint + "/chat/events") {
-      $0.contains("\tmessage\tlobby\t")
-    }
-    events.start()
+    // The reader is blocked in read() at stop(): unmounting ends that read, and the reader.
+    let events = DescriptorFollower(.file(fs.mountpoint + "/chat/events", fromItsEnd: false))
     defer { events.stop() }
+    let isMessage: (String) -> Bool = { $0.contains("\tmessage\tlobby\t") }
     let poster = try DirectClient(
       address: rig.loopbackAddress, profile: .multiplex, uname: "teller")
     defer { poster.close() }
     let fid = try poster.openFile("/chat/post", mode: .write)
     // Warm up: the events reader sees lines.
     var warm = 0
-    while events.count == 0 && warm < 50 {
+    while events.lineCount(where: isMessage) == 0 && warm < 50 {
       warm += 1
       try poster.post(fid, "lobby:warm up \(warm)")
       usleep(200_000)
@@ -130,11 +129,11 @@ struct AwarenessSection: BenchSection {
     var latencies: [Double] = []
     var posted: [Int: Double] = [:]
     for index in 0..<rig.settings.posts {
-      let before = events.count
+      let before = events.lineCount(where: isMessage)
       let start = Clock.now
       posted[index] = Date().timeIntervalSince1970
       try poster.post(fid, "lobby:\(uname) lat \(index)")
-      if let at = events.waitBeyond(before, seconds: 5) {
+      if let at = events.line(before, where: isMessage, until: Clock.now + 5_000_000_000) {
         latencies.append(Double(at - start) / 1e6)
       }
       usleep(400_000)
@@ -304,68 +303,5 @@ struct AwarenessSection: BenchSection {
       sessions.reduce(0) { $0 + (($1["messagesOut"] as? NSNumber)?.uint64Value ?? 0) },
       sessions.reduce(0) { $0 + (($1["parkedReads"] as? NSNumber)?.intValue ?? 0) }
     )
-  }
-}
-
-/// Reads a stream file on its own thread and notes when each line matching `counts` arrived.
-///
-/// `@unchecked Sendable`: what the reading thread and the waiters share (`arrivals`,
-/// `stopped`) is touched only under `condition`, which waiters need.
-private final class LineFollower: @unchecked Sendable {
-  private let path: String
-  private let counts: @Sendable (String) -> Bool
-  private let condition = NSCondition()
-  private var arrivals: [Int64] = []
-  private var stopped = false
-
-  init(path: String, counts: @escaping @Sendable (String) -> Bool) {
-    self.path = path
-    self.counts = counts
-  }
-
-  var count: Int { condition.withLock { arrivals.count } }
-
-  func start() {
-    Thread { [self] in run() }.start()
-  }
-
-  func stop() {
-    condition.withLock { stopped = true }
-    // The reader is blocked in read(): closing its descriptor there would race; unmounting
-    // ends the read. Nothing else to do.
-  }
-
-  /// When the line after the first `count` matching ones arrived (Clock.now), waiting at most
-  /// `seconds`.
-  func waitBeyond(_ count: Int, seconds: Double) -> Int64? {
-    let deadline = Date(timeIntervalSinceNow: seconds)
-    condition.lock()
-    defer { condition.unlock() }
-    while arrivals.count <= count { if !condition.wait(until: deadline) { break } }
-    return arrivals.count > count ? arrivals[count] : nil
-  }
-
-  private func run() {
-    let fd = open(path, O_RDONLY)
-    guard fd >= 0 else { return }
-    defer { close(fd) }
-    var pending: [UInt8] = []
-    var buffer = [UInt8](repeating: 0, count: 65536)
-    while !condition.withLock({ stopped }) {
-      let got = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-      let now = Clock.now
-      guard got > 0 else { return }
-      pending += buffer[..<got]
-      while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
-        let line = String(decoding: pending[..<newline], as: UTF8.self)
-        pending.removeSubrange(...newline)
-        if counts(line) {
-          condition.withLock {
-            arrivals.append(now)
-            condition.broadcast()
-          }
-        }
-      }
-    }
   }
 }

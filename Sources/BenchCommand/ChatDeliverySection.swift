@@ -32,11 +32,9 @@ struct ChatDeliverySection: BenchSection {
     defer { poster.close() }
     let postFid = try poster.openFile("/chat/post", mode: .write)
     for readerCount in [1, 10, 50] {
-      var readers: [RoomReader] = []
+      var readers: [DescriptorFollower] = []
       for _ in 0..<readerCount {
-        let reader = try RoomReader(path: mountpoint + "/chat/lobby")
-        reader.start()
-        readers.append(reader)
+        readers.append(.roomReader(mountpoint + "/chat/lobby"))
       }
       let openCount = readers.filter { $0.waitOpened(seconds: 15) }.count
       guard openCount == readerCount else {

@@ -2,18 +2,14 @@ import Foundation
 import Glibc
 
 /// A program on a pseudo-terminal (its standard input and output), everything it draws kept
-/// with the time each read of it arrived.
-///
-/// `@unchecked Sendable`: what the reading thread and the waiters share (`seen`, `arrivals`,
-/// `finished`) is touched only under `condition`, which waiters need.
-final class ChatScreen: @unchecked Sendable {
+/// with the time each read of it arrived (a ``DescriptorFollower`` keeping bytes).
+final class ChatScreen: Sendable {
   let pid: pid_t
-  private let master: Int32
-  private let condition = NSCondition()
-  private var seen: [UInt8] = []
-  /// (when, length of `seen` after that read).
-  private var arrivals: [(at: Int64, end: Int)] = []
-  private var finished = false
+  /// The keys are typed on a descriptor of the pty master of their own (a dup): the screen's
+  /// reader closes the one it reads once the program is gone, and a key typed after that
+  /// cannot land on a reused descriptor number.
+  private let keyboard: Int32
+  private let screen: DescriptorFollower
 
   init(_ path: String, _ arguments: [String], width: Int = 100, height: Int = 30, log: String)
     throws
@@ -23,49 +19,30 @@ final class ChatScreen: @unchecked Sendable {
     var size = winsize(
       ws_row: UInt16(height), ws_col: UInt16(width), ws_xpixel: 0, ws_ypixel: 0)
     _ = ioctl(master, UInt(TIOCSWINSZ), &size)
+    let keyboard = fcntl(master, F_DUPFD_CLOEXEC, 0)
     do {
+      guard keyboard >= 0 else {
+        throw BenchError("dup pty master: \(String(cString: strerror(errno)))")
+      }
       pid = try Supervisor.shared.spawn(path, arguments, log: log, stdout: slave, stdin: slave)
     } catch {
       close(master)
+      if keyboard >= 0 { close(keyboard) }
       throw error
     }
-    self.master = master
-    Thread.detachNewThread { [self] in run() }
-  }
-
-  private func run() {
-    var buffer = [UInt8](repeating: 0, count: 65536)
-    while true {
-      let count = buffer.withUnsafeMutableBytes { read(master, $0.baseAddress, $0.count) }
-      if count < 0 && errno == EINTR { continue }
-      // EIO: the program and its terminal are gone.
-      if count <= 0 { break }
-      let now = Clock.now
-      condition.lock()
-      seen += buffer[0..<count]
-      arrivals.append((now, seen.count))
-      condition.broadcast()
-      condition.unlock()
-    }
-    condition.lock()
-    finished = true
-    condition.broadcast()
-    condition.unlock()
+    self.keyboard = keyboard
+    screen = DescriptorFollower(.descriptor(master), keeping: .bytes)
   }
 
   /// How many bytes the program has drawn so far.
-  var count: Int { condition.withLock { seen.count } }
+  var count: Int { screen.look { $0.bytes.count } }
 
   /// When `bytes` were first drawn completely at or after `offset`, waiting up to `seconds`.
   func waitFor(_ bytes: [UInt8], after offset: Int, seconds: Double) -> Int64? {
-    let deadline = Date(timeIntervalSinceNow: seconds)
-    condition.lock()
-    defer { condition.unlock() }
-    while true {
-      if let end = Self.end(of: bytes, in: seen, from: offset) {
-        return arrivals.first { $0.end >= end }?.at
+    screen.wait(seconds: seconds) { seen in
+      Self.end(of: bytes, in: seen.bytes, from: offset).flatMap { end in
+        seen.reads.first { $0.end >= end }?.at
       }
-      if finished || !condition.wait(until: deadline) { return nil }
     }
   }
 
@@ -85,7 +62,7 @@ final class ChatScreen: @unchecked Sendable {
 
   /// Types `bytes`.
   func send(_ bytes: [UInt8]) {
-    _ = bytes.withUnsafeBytes { write(master, $0.baseAddress, $0.count) }
+    _ = bytes.withUnsafeBytes { write(keyboard, $0.baseAddress, $0.count) }
   }
 
   /// The program's CPU use over `seconds`, percent of one core.
@@ -110,12 +87,8 @@ final class ChatScreen: @unchecked Sendable {
   func quit() {
     send(Array("/quit\r".utf8))
     if !Supervisor.shared.reap(pid, seconds: 3) { Supervisor.shared.stop(pid) }
-    // The reader ends on EIO once the program is gone; only then is its descriptor closed.
-    condition.lock()
-    let until = Date(timeIntervalSinceNow: 2)
-    while !finished && condition.wait(until: until) {}
-    let done = finished
-    condition.unlock()
-    if done { close(master) }
+    // The screen's reader ends on EIO once the program is gone, and closes its descriptor.
+    screen.waitFinished(seconds: 2)
+    close(keyboard)
   }
 }

@@ -18,12 +18,9 @@ struct DaemonSection: BenchSection {
     do {
       let fs = try rig.mount("mnt", address: rig.loopbackMountAddress)
       defer { rig.unmount(fs) }
-      var readers: [RoomReader] = []
+      var readers: [DescriptorFollower] = []
       for index in 0..<100 {
-        let reader = try RoomReader(
-          path: fs.mountpoint + "/chat/" + rig.rooms[index % rig.rooms.count])
-        reader.start()
-        readers.append(reader)
+        readers.append(.roomReader(fs.mountpoint + "/chat/" + rig.rooms[index % rig.rooms.count]))
       }
       let openCount = readers.filter { $0.waitOpened(seconds: 15) }.count
       report.add(Row(section, "room streams open", Double(openCount), "", "of 100, 20 rooms"))
@@ -47,11 +44,9 @@ struct DaemonSection: BenchSection {
     defer { counter.close() }
     let fs = try rig.mount("mnt-device", address: counter.mountAddress)
     defer { rig.unmount(fs) }
-    var readers: [RoomReader] = []
+    var readers: [DescriptorFollower] = []
     for room in deviceRooms {
-      let reader = try RoomReader(path: fs.mountpoint + "/chat/" + room)
-      reader.start()
-      readers.append(reader)
+      readers.append(.roomReader(fs.mountpoint + "/chat/" + room))
     }
     let openCount = readers.filter { $0.waitOpened(seconds: 5) }.count
     report.add(

@@ -70,8 +70,12 @@ struct ScriptsSection: BenchSection {
       Supervisor.shared.wait(bot, timeout: 3)
     }
     let roomFile = pinger.mountpoint + "/chat/" + room
-    let watcher = try LineWatcher(roomFile)
-    defer { watcher.stop() }
+    let watcher = try DescriptorFollower.roomWatcher(roomFile)
+    defer {
+      watcher.stop()
+      watcher.waitFinished(seconds: 5)
+    }
+    let isPong: (String) -> Bool = { $0.contains("pong (") }
 
     // The bot is ready once it answers: a ping a second until the first pong, for 15 s.
     let readyBy = Clock.now + 15_000_000_000
@@ -79,9 +83,7 @@ struct ScriptsSection: BenchSection {
     while !ready && Clock.now < readyBy {
       let at = Clock.now
       try RoomFileWriter.echo("!ping warm-up", to: roomFile)
-      ready =
-        watcher.firstLine(containing: "pong (", after: at, waitingUntil: at + 1_000_000_000)
-        != nil
+      ready = watcher.line(after: at, where: isPong, until: at + 1_000_000_000) != nil
     }
     guard ready else {
       rig.report.add(
@@ -94,9 +96,7 @@ struct ScriptsSection: BenchSection {
     for index in 1...pings {
       let at = Clock.now
       try RoomFileWriter.echo("!ping \(index)", to: roomFile)
-      if let seen = watcher.firstLine(
-        containing: "pong (", after: at, waitingUntil: at + 1_500_000_000)
-      {
+      if let seen = watcher.line(after: at, where: isPong, until: at + 1_500_000_000) {
         latencies.append(Double(seen - at) / 1e6)
       }
       // The next ping 1.5–2 s after this one: a quiet spell before each, as in a chat.
@@ -191,74 +191,13 @@ private struct CatchUpOutcome {
   }
 }
 
-/// Reads a room file as a `cat` would, from its end at start, and records when each line
-/// arrives.
-///
-/// `@unchecked Sendable`: what the reading thread and the waiters share (`lines`,
-/// `stopping`, `finished`) is touched only under `condition`, which waiters need.
-final class LineWatcher: @unchecked Sendable {
-  private let fd: Int32
-  private let condition = NSCondition()
-  private var lines: [(at: Int64, text: String)] = []
-  private var stopping = false
-  private var finished = false
-
-  init(_ path: String) throws {
-    // Non-blocking, so the thread can stop between polls; from the end: no replay.
-    fd = open(path, O_RDONLY | O_NONBLOCK)
+extension DescriptorFollower {
+  /// Follows a room file as a `cat` of it would, from its end at start (no replay), opened
+  /// non-blocking and polled, so ``stop()`` ends it between polls.
+  static func roomWatcher(_ path: String) throws -> DescriptorFollower {
+    let fd = open(path, O_RDONLY | O_NONBLOCK)
     guard fd >= 0 else { throw BenchError("open \(path): \(String(cString: strerror(errno)))") }
     lseek(fd, 0, SEEK_END)
-    Thread.detachNewThread { [self] in run() }
-  }
-
-  private func run() {
-    var pending: [UInt8] = []
-    var buffer = [UInt8](repeating: 0, count: 65536)
-    while !condition.withLock({ stopping }) {
-      var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-      guard poll(&entry, 1, 100) >= 0 || errno == EINTR else { break }
-      let count = read(fd, &buffer, buffer.count)
-      if count < 0 && (errno == EAGAIN || errno == EINTR) { continue }
-      guard count > 0 else { break }
-      let now = Clock.now
-      pending += buffer[..<count]
-      var arrived: [(Int64, String)] = []
-      while let newline = pending.firstIndex(of: 0x0A) {
-        arrived.append((now, String(decoding: pending[..<newline], as: UTF8.self)))
-        pending.removeSubrange(...newline)
-      }
-      condition.withLock {
-        lines += arrived
-        condition.broadcast()
-      }
-    }
-    condition.withLock {
-      finished = true
-      condition.broadcast()
-    }
-  }
-
-  /// When the first line containing `text` arrived after `start`, waiting until `deadline`.
-  func firstLine(containing text: String, after start: Int64, waitingUntil deadline: Int64)
-    -> Int64?
-  {
-    condition.lock()
-    defer { condition.unlock() }
-    while true {
-      if let line = lines.first(where: { $0.at >= start && $0.text.contains(text) }) {
-        return line.at
-      }
-      let left = deadline - Clock.now
-      guard left > 0, !finished else { return nil }
-      _ = condition.wait(until: Date(timeIntervalSinceNow: Double(left) / 1e9))
-    }
-  }
-
-  func stop() {
-    condition.withLock { stopping = true }
-    condition.lock()
-    while !finished { _ = condition.wait(until: Date(timeIntervalSinceNow: 1)) }
-    condition.unlock()
-    close(fd)
+    return DescriptorFollower(.descriptor(fd), reading: .polling)
   }
 }

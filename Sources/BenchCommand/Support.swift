@@ -159,99 +159,18 @@ final class PipelineState: Sendable {
   }
 }
 
-/// A reader blocked in read() at the end of a room file of a mount, recording when each
-/// `#b<seq>#` token arrives. Ends on `#bEND#`.
-///
-/// `@unchecked Sendable`: what the reading thread and the waiters share (`fd` once opened,
-/// `opened`, `arrivals`, `finished`) is touched only under `condition`, which waiters need.
-final class RoomReader: @unchecked Sendable {
-  let path: String
-  private var fd: Int32 = -1
-  private var opened = false
-  private let condition = NSCondition()
-  private var arrivals: [Int: Int64] = [:]
-  private var finished = false
-
-  init(path: String) throws {
-    self.path = path
+extension DescriptorFollower {
+  /// A reader blocked in read() at the end of a room file of a mount: opened on its own
+  /// thread (opening a room can wait for the server), read with pread() from the size fstat
+  /// gave; it ends after the line with `#bEND#`. ``arrival(of:seconds:)`` tells when the line
+  /// with a `#b<seq>#` token arrived.
+  static func roomReader(_ path: String) -> DescriptorFollower {
+    DescriptorFollower(.file(path, fromItsEnd: true), endsAfter: { $0.contains("#bEND#") })
   }
 
-  /// Opens the room in the reader's own thread (opening a room can wait for the server) and
-  /// reads from its current end.
-  func start() {
-    Thread.detachNewThread { [self] in
-      let descriptor = open(path, O_RDONLY)
-      condition.lock()
-      fd = descriptor
-      opened = descriptor >= 0
-      if descriptor < 0 { finished = true }
-      condition.broadcast()
-      condition.unlock()
-      guard descriptor >= 0 else { return }
-      var info = stat()
-      fstat(descriptor, &info)
-      run(from: Int64(info.st_size))
-    }
-  }
-
-  /// True once the room is open, waiting up to `seconds`.
-  func waitOpened(seconds: Double) -> Bool {
-    condition.lock()
-    defer { condition.unlock() }
-    let deadline = Date(timeIntervalSinceNow: seconds)
-    while !opened && !finished { if !condition.wait(until: deadline) { break } }
-    return opened
-  }
-
-  private func run(from start: Int64) {
-    var offset = start
-    var buffer = [UInt8](repeating: 0, count: 65536)
-    loop: while true {
-      let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 65536, Int(offset)) }
-      if count <= 0 {
-        if count < 0 && errno == EINTR { continue }
-        break
-      }
-      let now = Clock.now
-      offset += Int64(count)
-      let text = String(decoding: buffer[0..<count], as: UTF8.self)
-      var tokens: [Int] = []
-      var ended = false
-      for piece in text.split(separator: "#b").dropFirst() {
-        guard let close = piece.firstIndex(of: "#") else { continue }
-        let token = piece[..<close]
-        if token == "END" { ended = true } else if let seq = Int(token) { tokens.append(seq) }
-      }
-      condition.lock()
-      for seq in tokens where arrivals[seq] == nil { arrivals[seq] = now }
-      condition.broadcast()
-      condition.unlock()
-      if ended { break loop }
-    }
-    condition.lock()
-    finished = true
-    condition.broadcast()
-    condition.unlock()
-    Glibc.close(fd)
-  }
-
-  /// When `seq` arrived, waiting up to `seconds`.
+  /// When the line with `#b<seq>#` arrived, waiting up to `seconds`.
   func arrival(of seq: Int, seconds: Double) -> Int64? {
-    condition.lock()
-    defer { condition.unlock() }
-    let deadline = Date(timeIntervalSinceNow: seconds)
-    while arrivals[seq] == nil && !finished {
-      if !condition.wait(until: deadline) { break }
-    }
-    return arrivals[seq]
-  }
-
-  func waitFinished(seconds: Double) -> Bool {
-    condition.lock()
-    defer { condition.unlock() }
-    let deadline = Date(timeIntervalSinceNow: seconds)
-    while !finished { if !condition.wait(until: deadline) { break } }
-    return finished
+    line(where: { $0.contains("#b\(seq)#") }, until: Clock.now + Int64(seconds * 1e9))
   }
 }
 

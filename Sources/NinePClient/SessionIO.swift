@@ -191,19 +191,21 @@ extension Session {
     logger.trace("← \(message) tag=\(tag)\(spliced.map { " spliced=\($0.count)" } ?? "")")
     let now = ContinuousClock.now
     condition.lock()
-    defer { condition.unlock() }
     state.statistics.messagesReceived += 1
     state.statistics.bytesReceived += UInt64(frameSize)
     state.lastReceived = now
-    if frameSize > Int(msize) && !state.loggedOversize {
-      state.loggedOversize = true
-      logger.notice(
-        "server sent a \(frameSize)-byte reply above msize \(msize); accepted (old devices do)")
-    }
+    let firstOversize = frameSize > Int(msize) && !state.loggedOversize
+    if firstOversize { state.loggedOversize = true }
     let actions = state.table.receive(tag: tag, message: message, spliced: spliced, now: now)
     // A freed tag or wire slot matters only to queued requests; deadlines only move later, so
     // an idle writer sleeps on (a wake per reply costs two context switches on a bulk read).
     if state.table.queuedCount > 0 { condition.signal() }
+    condition.unlock()
+    // Logged once the lock is let go: the log handler writes.
+    if firstOversize {
+      logger.notice(
+        "server sent a \(frameSize)-byte reply above msize \(msize); accepted (old devices do)")
+    }
     return actions
   }
 }

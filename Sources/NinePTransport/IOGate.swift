@@ -68,6 +68,8 @@ final class IOGate: Sendable {
       guard !state.closed else { return false }
       state.closed = true
       var byte: UInt8 = 1
+      // house: one byte into the gate's own non-blocking pipe; under the lock, so the last
+      // thread out cannot have closed it yet.
       _ = Glibc.write(wakeWrite, &byte, 1)
       guard state.users == 0 else { return false }
       state.released = true

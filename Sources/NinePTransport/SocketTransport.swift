@@ -23,12 +23,16 @@ public final class SocketTransport: FileRegionSending {
   let readIsSocket: Bool
   let writeIsSocket: Bool
   let gate: IOGate
+  /// Held around each message's writes, so concurrent senders' messages never interleave.
+  // house: its job is the socket writes under it.
   let sendLock = Mutex(())
   /// What non-waiting sends left for a flush (SocketTransport+NonWaiting.swift).
   let backlog = Mutex(SendBacklog())
   /// Whether the descriptors were set O_NONBLOCK for sendfile(2) and splice(2) (done once, on
   /// first use).
   private let madeNonBlocking = Atomic(false)
+  /// The receive buffer, held by the one receiving thread around its reads.
+  // house: its job is the socket reads under it (one receiver; nothing else takes it).
   private let receiveState = Mutex(ReceiveState())
   /// A reply's pieces overflowed the pipe it was spliced into: splicing stops (Splice.swift).
   let spliceOverflowed = Atomic(false)

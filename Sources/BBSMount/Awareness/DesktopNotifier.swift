@@ -29,6 +29,8 @@ final class DesktopNotifier: Sendable {
 
   private let logger: Logger
   private let queue = DispatchQueue(label: "mount9bbs.notify")
+  // house: taken on `queue` only (and in deinit), so the D-Bus calls under it keep nobody
+  // waiting.
   private let delivery = Mutex(Delivery())
   /// Notifications handed to `queue` and not yet done: a stuck notification service must not
   /// let them pile up.

@@ -31,6 +31,8 @@ public final class RoomHistory: Sendable {
   private let buffer = Mutex(Buffer())
   /// Held around each write to the file (and a compaction), so writes keep their order; the
   /// file's size.
+  // house: its job is the file's writes and compactions under it; the feed's threads only
+  // append to `buffer`.
   private let writing = Mutex(0)
 
   private struct Buffer {
@@ -129,6 +131,7 @@ public final class RoomHistory: Sendable {
   /// Writes what is pending now (the feed stopping, the mount going away).
   func flush() {
     let failure = writing.withLock { size -> String? in
+      // house: `writing`, then `buffer`; `buffer` is never held while `writing` is taken.
       let chunk = buffer.withLock { buffer in
         defer {
           buffer.pending = []

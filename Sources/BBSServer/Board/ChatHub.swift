@@ -52,6 +52,7 @@ public final class ChatHub: Sendable {
   private let logger: Logger
   private let state: Mutex<State>
   /// Held for a whole post (store, then show); never taken under `state`.
+  // house: its job is the store's write (and its failure's log line) under it.
   private let posting = Mutex(())
 
   /// Creates the chat, loading each room's recent history from the store.
@@ -170,6 +171,7 @@ public final class ChatHub: Sendable {
     let now = clock.uptimeMillis
     let (messages, wakes) = try posting.withLock {
       _ throws(BoardError) -> ([ChatMessage], [@Sendable () -> Void]) in
+      // house: `posting`, then `state`; never the other way round.
       let first = try state.withLock { state throws(BoardError) -> UInt64 in
         guard let entry = state.rooms[room] else { throw BoardError.notFound }
         return entry.nextID
@@ -185,6 +187,7 @@ public final class ChatHub: Sendable {
         logger.error("chat: could not store \(messages.count) line(s) in \(room): \(error)")
         throw error
       }
+      // house: `posting`, then `state`, as above.
       let wakes = state.withLock { state -> [@Sendable () -> Void] in
         guard var entry = state.rooms[room] else { return [] }
         entry.nextID = first + UInt64(messages.count)

@@ -44,6 +44,7 @@ final class Connection: Sendable {
     raw = server.configuration.profile == .device && socket?.isPacket == true ? socket : nil
     // Frames of one batch go out back to back (Rread(0) before Rflush). A device sends every
     // reply as exactly one SDU. Send failures surface as a receive failure on the reader.
+    // house: its job is the sends (and the closes of the files sent) under it.
     let lock = Mutex(())
     let packets = raw
     let activity = activity

@@ -92,6 +92,8 @@ extension ConnectionHandler {
         reply = .rerror(ename: NinePFailure(error, operation: "read").ename)
       }
       logger.trace("session \(id): -> \(reply) tag \(tag) (woken)")
+      // house: sent under the lock, so a Tflush of this tag, which needs the lock, is
+      // answered after this Rread (the watchdog reads `parkedGauge`, not the lock).
       send([reply.encoded(tag: tag)])
     }
   }

@@ -63,6 +63,8 @@ final class ConnectionHandler: Sendable {
   let logger: Logger
   let send: @Sendable ([[UInt8]]) -> Void
   let wakeQueue: DispatchQueue
+  // house: a request runs under it from start to end (docs/architecture.md, "Threads and
+  // locks"): its I/O and log lines are its job.
   let state: Mutex<State>
   let limiter: PostingLimiter
   /// The client's TCP host or Bluetooth address: who posts when the user is no verified
