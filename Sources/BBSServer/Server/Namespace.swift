@@ -136,7 +136,6 @@ final class Namespace: Sendable {
 
   /// The entry a listing of the node's parent shows for it.
   func listingStat(_ node: NamespaceNode, user: BoardUser) -> Stat {
-    let isDir = isDirectory(node)
     var mode: FileMode
     var length: UInt64 = 0
     var mtime: UInt32 = 0
