@@ -42,7 +42,7 @@ extension BBSDaemonCommand {
     configuration.maxOpenFilesPerSession = maxOpenFiles
     configuration.postingLimits = PostingLimits(
       postBurst: postBurst, postsPerMinute: postsPerMinute, byteBurst: byteBurst,
-      bytesPerSecond: bytesPerSecond)
+      bytesPerSecond: bytesPerSecond, guestNetworks: guestBudget)
     for entry in nickname {
       let parts = entry.split(separator: "=", maxSplits: 1).map(String.init)
       configuration.nicknames[parts[0].lowercased()] = parts[1]

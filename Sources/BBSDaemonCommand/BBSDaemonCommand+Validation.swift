@@ -38,6 +38,7 @@ extension BBSDaemonCommand {
     for (name, value) in [
       ("--post-burst", postBurst), ("--posts-per-minute", postsPerMinute),
       ("--byte-burst", byteBurst), ("--bytes-per-second", bytesPerSecond),
+      ("--guest-budget", guestBudget),
     ] where value < 0 {
       throw ValidationError("\(name) must be ≥ 0")
     }

@@ -43,9 +43,10 @@ struct BBSDaemonCommand: ParsableCommand {
 
       Against hostile clients: connections are capped (--connection-cap, \
       --max-connections-per-address) and timed out (--handshake-timeout, --idle-timeout, \
-      --stall-timeout); each TCP poster (a verified identity, else an address) has an allowance \
-      of posts and bytes (--post-burst, --posts-per-minute, --byte-burst, \
-      --bytes-per-second); board messages are capped (--max-board-message). One post is one \
+      --stall-timeout); each TCP poster (a verified identity, else a guest's /24 or /64 network) \
+      has an allowance of posts and bytes (--post-burst, --posts-per-minute, --byte-burst, \
+      --bytes-per-second), and all guests together share a budget of a few networks' \
+      allowances (--guest-budget) that members are never charged to; board messages are capped (--max-board-message). One post is one \
       line: a post of several lines is several posts, and other control characters than tab \
       are refused. To serve a LAN, listen on it with --auth required and name the sysop \
       (--sysop IDENTITY, or --sysop none): without them anyone who connects can post \
@@ -154,8 +155,8 @@ struct BBSDaemonCommand: ParsableCommand {
     help: ArgumentHelp(
       """
       Chat lines and new board messages one poster may post at once (a verified identity; \
-      guests and unverified unames count per address; TCP clients only, local ones are not \
-      limited).
+      guests and unverified unames count per network, a /24 or an IPv6 /64; TCP clients \
+      only, local ones are not limited).
       """, valueName: "N"))
   var postBurst = PostingLimits.standard.postBurst
 
@@ -178,6 +179,14 @@ struct BBSDaemonCommand: ParsableCommand {
       "Bytes a second a poster's allowance refills (0: no limit).",
       valueName: "BYTES"))
   var bytesPerSecond = PostingLimits.standard.bytesPerSecond
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      All guests together (every network) may post and write N networks' allowances, at \
+      once and per minute or second; members are never charged to it (0: no shared budget).
+      """, valueName: "N"))
+  var guestBudget = PostingLimits.defaultGuestNetworks
 
   @Option(
     help:

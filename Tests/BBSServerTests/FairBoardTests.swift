@@ -233,4 +233,55 @@ final class FairBoardTests: ServerTestCase {
       waitUntil(timeout: 5) { parked.contains { $0.waitForClose(timeout: 0.1) } },
       "parked reads held a full board past the idle timeout")
   }
+
+  // MARK: Posting allowances
+
+  /// A guest from `source` (another address of 127/8), attached without authentication;
+  /// closed after the test.
+  private func guest(port: Int, source: String, msize: UInt32 = 8192) throws -> WireClient {
+    let client = try WireClient(port: port, source: source)
+    clients.append(client)
+    try client.handshake(uname: "", msize: msize)
+    return client
+  }
+
+  /// How many of `count` chat posts of `client` are accepted.
+  private func accepted(_ client: WireClient, of count: Int) throws -> Int {
+    var posted = 0
+    for index in 0..<count {
+      if case .rwrite = try client.post("lobby:post \(index)") { posted += 1 }
+    }
+    return posted
+  }
+
+  /// Guests post on their network's allowance (two addresses of one /24 share one) and all
+  /// of them within one guest budget (`guestNetworks` networks' worth); a member posts on
+  /// its own allowance, never charged to the guests' nor refused when they spent it.
+  func testGuestsPostPerNetworkWithinOneBudgetAndMembersApart() throws {
+    try startServer {
+      $0.auth = .optional
+      $0.postingLimits = PostingLimits(
+        postBurst: 3, postsPerMinute: 1, byteBurst: 1 << 20, bytesPerSecond: 1 << 20,
+        guestNetworks: 2)
+    }
+    let port = try RawSocket.port(of: address)
+    // A member's posts first: were they charged to the guests' budget, the second network
+    // below would find it spent.
+    let alice = try member(PrivateKey.generate(.ed25519))
+    XCTAssertEqual(try accepted(alice, of: 4), 3)
+    let first = try guest(port: port, source: "127.0.1.1")
+    let neighbour = try guest(port: port, source: "127.0.1.2")
+    XCTAssertEqual(try accepted(first, of: 2), 2)
+    XCTAssertEqual(try accepted(neighbour, of: 3), 1, "one /24 got more than its allowance")
+    XCTAssertEqual(
+      try neighbour.post("lobby:again"), .rerror(ename: "resource temporarily unavailable"))
+    // Another network has its own allowance, until the guests' budget (2 networks') is spent.
+    let second = try guest(port: port, source: "127.0.2.1")
+    XCTAssertEqual(try accepted(second, of: 4), 3)
+    let third = try guest(port: port, source: "127.0.3.1")
+    XCTAssertEqual(try accepted(third, of: 3), 0, "a third network went beyond the guests' budget")
+    // With the guests' budget spent, a member still posts its own allowance.
+    let bob = try member(PrivateKey.generate(.ed25519))
+    XCTAssertEqual(try accepted(bob, of: 4), 3)
+  }
 }

@@ -28,7 +28,7 @@ extension ConnectionHandler {
     // A new board message, or a new board room at the root, is a post.
     switch (entry.node, poster(entry.user)) {
     case (.boardRoom, let poster?), (.root, let poster?):
-      try limiter.spend(poster: poster, posts: 1, bytes: 0)
+      try limiter.spend(poster, posts: 1, bytes: 0)
     default: break
     }
     let created = try namespace.create(

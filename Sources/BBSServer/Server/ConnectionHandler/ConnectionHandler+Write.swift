@@ -21,9 +21,9 @@ extension ConnectionHandler {
     switch (entry.node, poster(entry.user)) {
     case (.chatPost, let poster?):
       let lines = data.reduce(0) { $1 == 0x0A ? $0 + 1 : $0 }
-      try limiter.spend(poster: poster, posts: max(1, lines), bytes: data.count)
+      try limiter.spend(poster, posts: max(1, lines), bytes: data.count)
     case (.boardMessage, let poster?):
-      try limiter.spend(poster: poster, posts: 0, bytes: data.count)
+      try limiter.spend(poster, posts: 0, bytes: data.count)
     default: break
     }
     let count = try namespace.write(

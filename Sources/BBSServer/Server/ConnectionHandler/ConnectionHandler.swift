@@ -302,11 +302,12 @@ final class ConnectionHandler: Sendable {
 
   /// Whose allowance a post (Tcreate of a message or room, Twrite of chat or a message)
   /// spends: a verified identity's own; everyone else's (guests, and unverified unames, which
-  /// cost nothing to change) is their address's. Nil for a local client: the limits are
+  /// cost nothing to change) is their network's (``SourceNetwork``: one machine holds a whole
+  /// /24 or /64), and the guests' shared budget. Nil for a local client: the limits are
   /// against the network, and local users share one machine.
-  func poster(_ user: BoardUser) -> String? {
+  func poster(_ user: BoardUser) -> Poster? {
     guard let address else { return nil }
-    if configuration.auth != .off, !user.id.isEmpty { return "id " + user.id }
-    return "address " + address
+    if isMember(user) { return .member(user.id) }
+    return .guest(network: SourceNetwork.key(of: address))
   }
 }
