@@ -33,8 +33,9 @@ extension BBSDaemonCommand {
     } else {
       configuration.sysops = Set(sysop.map { $0.lowercased() })
     }
-    configuration.maxConnectionsPerAddress =
-      maxConnectionsPerAddress == 0 ? nil : maxConnectionsPerAddress
+    configuration.maxConnectionsPerNetwork =
+      maxConnectionsPerNetwork == 0 ? nil : maxConnectionsPerNetwork
+    configuration.sessionsReservedForMembers = memberReserve
     configuration.handshakeTimeout = .seconds(handshakeTimeout)
     configuration.idleTimeout = .seconds(idleTimeout)
     configuration.stallTimeout = .seconds(stallTimeout)

@@ -24,8 +24,12 @@ extension BBSDaemonCommand {
     if maxConnections != nil && connectionCap != nil {
       throw ValidationError("--max-connections and --connection-cap exclude each other")
     }
-    guard maxConnectionsPerAddress >= 0 else {
-      throw ValidationError("--max-connections-per-address must be ≥ 0")
+    guard maxConnectionsPerNetwork >= 0 else {
+      throw ValidationError("--max-connections-per-network must be ≥ 0")
+    }
+    guard memberReserve >= 0 else { throw ValidationError("--member-reserve must be ≥ 0") }
+    if let cap = connectionCap, memberReserve >= cap, auth == "optional" {
+      throw ValidationError("--member-reserve must be less than --connection-cap")
     }
     for (name, value) in [
       ("--handshake-timeout", handshakeTimeout), ("--idle-timeout", idleTimeout),

@@ -42,7 +42,7 @@ struct BBSDaemonCommand: ParsableCommand {
       deployed board instead: no board key, signatures over the raw challenge.
 
       Against hostile clients: connections are capped (--connection-cap, \
-      --max-connections-per-address) and timed out (--handshake-timeout, --idle-timeout, \
+      --max-connections-per-network, --member-reserve) and timed out (--handshake-timeout, --idle-timeout, \
       --stall-timeout); each TCP poster (a verified identity, else a guest's /24 or /64 network) \
       has an allowance of posts and bytes (--post-burst, --posts-per-minute, --byte-burst, \
       --bytes-per-second), and all guests together share a budget of a few networks' \
@@ -109,11 +109,22 @@ struct BBSDaemonCommand: ParsableCommand {
   var connectionCap: Int?
 
   @Option(
+    name: [.customLong("max-connections-per-network"), .customLong("max-connections-per-address")],
     help: ArgumentHelp(
       """
-      Refuse (and log) a TCP client whose address already has N connections; 0: no cap.
+      Refuse (and log) a TCP client whose network (its /24, or /64 for IPv6) already has N \
+      connections, members' attached sessions not counted; 0: no cap \
+      (--max-connections-per-address is the old name).
       """, valueName: "N"))
-  var maxConnectionsPerAddress = 32
+  var maxConnectionsPerNetwork = 32
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      With --auth optional and a connection cap: guests never hold the last N sessions, \
+      so members get in however many guests come (at most the cap minus one).
+      """, valueName: "N"))
+  var memberReserve = 16
 
   @Option(
     help: ArgumentHelp(

@@ -74,13 +74,21 @@ extension BBSServer {
         }
         probation = state.probation.contains(id)
       }
-      if let perAddress = configuration.maxConnectionsPerAddress,
-        case .tcp(let host, _) = transport.address,
-        state.connections.values.lazy.filter({ $0.host == host }).count >= perAddress
+      // Per guest network (a /24, a /64): a member's session, once attached, is not counted.
+      if let perNetwork = configuration.maxConnectionsPerNetwork,
+        case .tcp(let host, _) = transport.address
       {
-        refusal = "\(host) already has \(perAddress) connections"
-        state.probation.remove(id)
-        return nil
+        let network = SourceNetwork.key(of: host)
+        let shares = state.shares
+        let held = state.connections.values.lazy.filter {
+          shares[$0.id]?.hasPrefix("id ") != true
+            && $0.host.map(SourceNetwork.key(of:)) == network
+        }.count
+        if held >= perNetwork {
+          refusal = "\(network) already has \(perNetwork) connections"
+          state.probation.remove(id)
+          return nil
+        }
       }
       state.nextID += 1
       let connection = Connection(id: id, transport: transport, server: self)

@@ -100,8 +100,14 @@ extension BBSServer {
     let user = user.isEmpty ? "\u{0}guest \(id)" : user
     let outcome = state.withLock {
       state -> (refusal: String?, victim: Connection?, why: String) in
-      if state.users[id] == nil { state.users[id] = user }
       let share = share(of: id, user: user, member: member, state: state)
+      if state.users[id] == nil,
+        let refusal = guestBeyondReserve(
+          state, id: id, share: share, member: member, limit: limit)
+      {
+        return (refusal, nil, "guests hold all sessions but those reserved for members")
+      }
+      if state.users[id] == nil { state.users[id] = user }
       if state.shares[id] == nil, let share { state.shares[id] = share }
       guard state.probation.contains(id) else { return (nil, nil, "") }
       let others = state.users.filter {
@@ -140,6 +146,24 @@ extension BBSServer {
       logger.info("session \(id): attach refused: \(refusal) (\(outcome.why))")
     }
     return outcome.refusal
+  }
+
+  /// The refusal of a guest's Tattach when guests over the network already hold all sessions
+  /// of the cap but ``BBSServerConfiguration/sessionsReservedForMembers``, or nil. Only with
+  /// `--auth optional` (without authentication nobody is a member; with `required`, nobody a
+  /// guest). A guest on probation stays on it: closed if it does not authenticate in time.
+  private func guestBeyondReserve(
+    _ state: RunState, id: Int, share: String?, member: Bool, limit: Int
+  ) -> String? {
+    let reserve = min(configuration.sessionsReservedForMembers, limit - 1)
+    guard configuration.auth == .optional, !member, reserve > 0,
+      share?.hasPrefix("net ") == true
+    else { return nil }
+    let guests = state.shares.filter {
+      $0.key != id && $0.value.hasPrefix("net ") && !state.reclaimed.contains($0.key)
+    }.count
+    guard guests >= limit - reserve else { return nil }
+    return "board full: the last \(reserve) of \(limit) sessions are kept for members"
   }
 
   /// The session to take back for a newcomer of `share`: the newest of the share holding the

@@ -25,7 +25,7 @@
 //   connected, so later clients sit in the kernel's listen backlog (9p4z's TCP transport).
 // - Posting threads never block on a slow client: wake-ups run on `wakeQueue`.
 // - Against hostile clients (issue 21): the connection cap (`ConnectionLimit.refuse`, 256 by
-//   default) and the per-address cap bound the threads; the watchdog (a timer on
+//   default) and the per-network cap bound the threads; the watchdog (a timer on
 //   `watchdogQueue`) closes connections past the handshake, idle or stall timeout (see
 //   `Connection.overdue`) and gives freed memory back; `PostingLimiter` holds each TCP
 //   poster's allowance of posts and bytes. Thread per connection stays: bounded by the caps
@@ -150,8 +150,11 @@ public final class BBSServer: Sendable {
       throw ServerError.badConfiguration("at least one chat room is needed")
     }
     try checkAuthentication(configuration)
-    if let perAddress = configuration.maxConnectionsPerAddress, perAddress < 1 {
-      throw ServerError.badConfiguration("the per-address connection limit must be at least 1")
+    if let perNetwork = configuration.maxConnectionsPerNetwork, perNetwork < 1 {
+      throw ServerError.badConfiguration("the per-network connection limit must be at least 1")
+    }
+    guard configuration.sessionsReservedForMembers >= 0 else {
+      throw ServerError.badConfiguration("the sessions reserved for members cannot be negative")
     }
     guard configuration.maxBoardMessageSize >= 1 else {
       throw ServerError.badConfiguration("the board message size limit must be at least 1")

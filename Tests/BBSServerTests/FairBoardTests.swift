@@ -198,7 +198,12 @@ final class FairBoardTests: ServerTestCase {
   /// member still connects and posts within 1 s: the newest session of a guest network
   /// holding the most is taken back for it.
   func testParkedReadsFromEightAddressesDoNotKeepAMemberOut() throws {
-    try startServer { $0.auth = .optional }
+    try startServer {
+      $0.auth = .optional
+      // Taking a session back is this test's business: with the members' reserve, guests
+      // never fill the board.
+      $0.sessionsReservedForMembers = 0
+    }
     let port = try RawSocket.port(of: address)
     var parked: [RawSocket] = []
     defer { for socket in parked { socket.close() } }
@@ -283,5 +288,43 @@ final class FairBoardTests: ServerTestCase {
     // With the guests' budget spent, a member still posts its own allowance.
     let bob = try member(PrivateKey.generate(.ed25519))
     XCTAssertEqual(try accepted(bob, of: 4), 3)
+  }
+
+  // MARK: Connection caps
+
+  /// Connections are capped per guest network, not per address (two addresses of one /24
+  /// count together, a member's attached session not at all), and guests never hold the
+  /// sessions reserved for members.
+  func testConnectionsAreCappedPerNetworkWithSessionsKeptForMembers() throws {
+    try startServer {
+      $0.auth = .optional
+      $0.connectionLimit = .refuse(6)
+      $0.maxConnectionsPerNetwork = 2
+      $0.sessionsReservedForMembers = 2
+    }
+    let port = try RawSocket.port(of: address)
+    _ = try guest(port: port, source: "127.0.1.1")
+    _ = try guest(port: port, source: "127.0.1.2")
+    let third = try RawSocket(port: port, source: "127.0.1.3")
+    defer { third.close() }
+    XCTAssertTrue(third.waitForClose(timeout: 5), "a third connection of one /24 was let in")
+    _ = try guest(port: port, source: "127.0.2.1")
+    _ = try guest(port: port, source: "127.0.2.2")
+    // Four guest sessions of six: the last two are the members'.
+    let late = try RawSocket(port: port, source: "127.0.3.1")
+    defer { late.close() }
+    guard case .rversion = try late.rpc(.tversion(msize: 8192, version: "9P2000")) else {
+      return XCTFail("no Rversion")
+    }
+    XCTAssertEqual(
+      try late.rpc(.tattach(fid: 0, afid: NineP.noFid, uname: "", aname: "")),
+      .rerror(ename: "board full: the last 2 of 6 sessions are kept for members"))
+    late.close()
+    XCTAssertTrue(waitUntil(timeout: 5) { self.server?.sessionCount == 4 })
+    let alice = try member(PrivateKey.generate(.ed25519))
+    let bob = try member(PrivateKey.generate(.ed25519))
+    XCTAssertEqual(try alice.post("lobby:in"), .rwrite(count: 8))
+    XCTAssertEqual(try bob.post("lobby:in too"), .rwrite(count: 12))
+    XCTAssertEqual(server?.sessionCount, 6)
   }
 }

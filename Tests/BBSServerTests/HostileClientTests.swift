@@ -130,8 +130,8 @@ final class HostileClientDaemonTests: XCTestCase {
     XCTAssertTrue(try client.readFile("etc/motd").hasSuffix("\n"))
   }
 
-  func testConnectionsPerAddressAreCapped() throws {
-    let daemon = try launch(["--max-connections-per-address", "2"])
+  func testConnectionsPerNetworkAreCapped() throws {
+    let daemon = try launch(["--max-connections-per-network", "2"])
     let first = try WireClient(daemon.address)
     defer { first.close() }
     try first.handshake(uname: "a")
@@ -142,10 +142,10 @@ final class HostileClientDaemonTests: XCTestCase {
     defer { third.close() }
     XCTAssertTrue(third.waitForClose(timeout: 2), "a third connection from 127.0.0.1 was served")
     XCTAssertTrue(
-      waitUntil(timeout: 5) { daemon.log.contains("127.0.0.1 already has 2 connections") },
+      waitUntil(timeout: 5) { daemon.log.contains("127.0.0.0/24 already has 2 connections") },
       daemon.log)
     XCTAssertTrue(try first.readFile("etc/motd").hasSuffix("\n"), "a served client was dropped")
-    // A refusal does not stop the listener: once one leaves, the address gets in again.
+    // A refusal does not stop the listener: once one leaves, the network gets in again.
     second.close()
     XCTAssertTrue(waitUntil(timeout: 5) { daemon.log.contains("session 2: disconnected") })
     let fourth = try WireClient(daemon.address)

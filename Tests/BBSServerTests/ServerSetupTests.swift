@@ -61,8 +61,8 @@ final class ServerSetupTests: XCTestCase {
         "sysops are identities: they need --auth optional or required"
       ),
       (
-        "per-address 0", configuration { $0.maxConnectionsPerAddress = 0 },
-        "the per-address connection limit must be at least 1"
+        "per-network 0", configuration { $0.maxConnectionsPerNetwork = 0 },
+        "the per-network connection limit must be at least 1"
       ),
       (
         "board message 0", configuration { $0.maxBoardMessageSize = 0 },
@@ -82,7 +82,7 @@ final class ServerSetupTests: XCTestCase {
       $0.connectionLimit = .backlog(0)
       $0.dataDirectory = file + "/data"
       $0.rooms = []
-      $0.maxConnectionsPerAddress = 0
+      $0.maxConnectionsPerNetwork = 0
       $0.maxBoardMessageSize = 0
     }
     XCTAssertEqual(
@@ -96,8 +96,8 @@ final class ServerSetupTests: XCTestCase {
     XCTAssertEqual(refusal(rest), .badConfiguration("at least one chat room is needed"))
     rest.rooms = ["lobby"]
     XCTAssertEqual(
-      refusal(rest), .badConfiguration("the per-address connection limit must be at least 1"))
-    rest.maxConnectionsPerAddress = 1
+      refusal(rest), .badConfiguration("the per-network connection limit must be at least 1"))
+    rest.maxConnectionsPerNetwork = 1
     XCTAssertEqual(
       refusal(rest), .badConfiguration("the board message size limit must be at least 1"))
     rest.maxBoardMessageSize = 1

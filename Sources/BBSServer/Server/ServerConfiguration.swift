@@ -99,9 +99,15 @@ public struct BBSServerConfiguration: Sendable {
   /// A request whose first bytes arrived must be whole within this time, and a reply the
   /// client does not read must be gone within it, or the connection is closed.
   public var stallTimeout: Duration = .seconds(30)
-  /// Connections from one TCP address at once; the next is refused with a log line. nil
-  /// means no cap (Unix and seqpacket clients are never counted: they are local).
-  public var maxConnectionsPerAddress: Int? = 32
+  /// Connections from one TCP network at once (``SourceNetwork``: a /24, an IPv6 /64; one
+  /// machine holds all of 127/8), not counting those attached as members; the next is refused
+  /// with a log line. nil means no cap (Unix and seqpacket clients are never counted: they
+  /// are local).
+  public var maxConnectionsPerNetwork: Int? = 32
+  /// With `--auth optional` and a ``ConnectionLimit/refuse(_:)`` cap: sessions of the cap
+  /// that guests never take, so members get in however many guests come (a guest's Tattach
+  /// beyond cap minus this is refused `board full`). Clamped to the cap minus one.
+  public var sessionsReservedForMembers = 16
   /// How much one TCP poster may post and write (see ``PostingLimits``).
   public var postingLimits: PostingLimits = .standard
   /// Files of the files area one session may hold open at once (each is a descriptor). A mount
