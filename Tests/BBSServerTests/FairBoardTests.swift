@@ -2,6 +2,7 @@ import BBSIdentity
 import Foundation
 import NinePProtocol
 import NinePTransport
+import Synchronization
 import TestSupport
 import XCTest
 
@@ -326,5 +327,118 @@ final class FairBoardTests: ServerTestCase {
     XCTAssertEqual(try alice.post("lobby:in"), .rwrite(count: 8))
     XCTAssertEqual(try bob.post("lobby:in too"), .rwrite(count: 12))
     XCTAssertEqual(server?.sessionCount, 6)
+  }
+
+  // MARK: A guest flood
+
+  /// Bytes of the files in `directory` (the database, its WAL and shared memory).
+  private func bytes(in directory: String) -> Int {
+    let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+    return names.reduce(0) { total, name in
+      let path = directory + "/" + name
+      return total + ((try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0)
+    }
+  }
+
+  /// What one flooding guest got: posts and messages accepted and refused.
+  private struct FloodCount {
+    var accepted = 0
+    var refused = 0
+  }
+
+  /// Guests from 40 addresses of 5 /24s flood chat posts and 60 KB board messages for 20 s
+  /// against `--auth optional` with the default limits: the data directory grows by less
+  /// than 10 MB (the guests' budget, not 5 networks' allowances, bounds them), and a member's
+  /// post and the read of it take less than 1 s throughout.
+  func testFortyAddressesFloodingLeaveTheDiskBoundedAndAMemberServed() throws {
+    directory = try makeTemporaryDirectory("9bbs-guest-flood")
+    let data = directory + "/data"
+    try startServer {
+      $0.auth = .optional
+      $0.dataDirectory = data
+    }
+    let port = try RawSocket.port(of: address)
+    let before = bytes(in: data)
+    let alice = try member(PrivateKey.generate(.ed25519))
+    let sources = (10..<15).flatMap { network in (1...8).map { "127.0.\(network).\($0)" } }
+    XCTAssertEqual(sources.count, 40)
+    let floodFor: TimeInterval = 20
+    let deadline = Date().addingTimeInterval(floodFor)
+    let body = [UInt8](repeating: 0x61, count: 60_000)
+    let counts = Mutex([String: FloodCount]())
+    let done = DispatchGroup()
+    for (index, source) in sources.enumerated() {
+      let flooder = try guest(port: port, source: source, msize: 128 << 10)
+      done.enter()
+      Thread.detachNewThread {
+        defer { done.leave() }
+        var chat = FloodCount()
+        var messages = FloodCount()
+        var name = 1_000_000 * (index + 1)
+        while Date() < deadline {
+          guard let posted = try? flooder.post("lobby:flood from \(source) \(name)") else { break }
+          if case .rwrite = posted { chat.accepted += 1 } else { chat.refused += 1 }
+          name += 1
+          guard
+            case .rwalk? = try? flooder.rpc(.twalk(fid: 0, newfid: 5, names: ["rooms", "lobby"]))
+          else { break }
+          var stored = false
+          if case .rcreate? = try? flooder.rpc(
+            .tcreate(fid: 5, name: "\(name)", perm: Self.message, mode: .write))
+          {
+            if case .rwrite? = try? flooder.rpc(.twrite(fid: 5, offset: 0, data: body[...])) {
+              stored = true
+            }
+          }
+          if stored { messages.accepted += 1 } else { messages.refused += 1 }
+          _ = try? flooder.rpc(.tclunk(fid: 5))
+          // A refused flooder keeps trying, a little less than flat out (two cores).
+          if !stored { Thread.sleep(forTimeInterval: 0.005) }
+        }
+        counts.withLock {
+          $0["chat", default: FloodCount()].accepted += chat.accepted
+          $0["chat"]?.refused += chat.refused
+          $0["message", default: FloodCount()].accepted += messages.accepted
+          $0["message"]?.refused += messages.refused
+        }
+      }
+    }
+
+    // A member posts a message and reads it back, and posts to chat, every 2 s of the flood.
+    var latencies: [TimeInterval] = []
+    var round = 0
+    while Date().addingTimeInterval(2) < deadline {
+      Thread.sleep(forTimeInterval: 2)
+      round += 1
+      let started = Date()
+      XCTAssertEqual(
+        try alice.post("lobby:member round \(round)"),
+        .rwrite(count: UInt32(19 + "\(round)".utf8.count)))
+      _ = try alice.rpc(.twalk(fid: 0, newfid: 20, names: ["rooms", "lobby"]))
+      let created = try alice.rpc(
+        .tcreate(fid: 20, name: "\(round)", perm: Self.message, mode: .write))
+      guard case .rcreate = created else {
+        return XCTFail("the member's message \(round) was refused: \(created)")
+      }
+      XCTAssertEqual(
+        try alice.rpc(.twrite(fid: 20, offset: 0, data: ArraySlice("member \(round)".utf8))),
+        .rwrite(count: UInt32(7 + "\(round)".utf8.count)))
+      XCTAssertEqual(try alice.rpc(.tclunk(fid: 20)), .rclunk)
+      XCTAssertTrue(try alice.readFile("rooms/lobby/\(round)").contains("member \(round)"))
+      latencies.append(Date().timeIntervalSince(started))
+    }
+    XCTAssertEqual(
+      done.wait(timeout: .now() + floodFor + 30), .success, "the flooders did not stop")
+    let grown = bytes(in: data) - before
+    let flood = counts.withLock { $0 }
+    let slowest = latencies.max() ?? .infinity
+    let megabytes = Double(grown) / 1e6
+    print(
+      "guest flood: 40 addresses, \(Int(floodFor)) s: data directory grew \(String(format: "%.2f", megabytes)) MB; chat posts accepted \(flood["chat"]?.accepted ?? 0), refused \(flood["chat"]?.refused ?? 0); 60 KB messages accepted \(flood["message"]?.accepted ?? 0), refused \(flood["message"]?.refused ?? 0); member post+read latencies \(latencies.map { String(format: "%.3f", $0) }) s"
+    )
+    XCTAssertGreaterThan(flood["message"]?.refused ?? 0, 0, "the flood was never refused")
+    XCTAssertLessThan(grown, 10_000_000, "the data directory grew by \(grown) bytes")
+    XCTAssertFalse(latencies.isEmpty)
+    XCTAssertLessThan(slowest, 1, "a member's post and read took \(slowest) s")
   }
 }

@@ -15,6 +15,9 @@ public final class SQLiteBoardStore: BoardStore {
   /// How long a write waits for a lock another process holds (a checkpoint, a writer).
   public static let busyTimeout: TimeInterval = 5
 
+  /// The most the write-ahead log keeps on disk after a checkpoint (bytes).
+  static let walSizeLimit = 1 << 20
+
   /// The database file name inside a data directory.
   public static let fileName = "9bbs.sqlite"
 
@@ -43,6 +46,11 @@ public final class SQLiteBoardStore: BoardStore {
     do {
       var configuration = Configuration()
       configuration.busyMode = .timeout(Self.busyTimeout)
+      // SQLite keeps the write-ahead log at its largest size after a checkpoint: a flood of
+      // 60 KB messages left 4 MB of it on disk for good. Cut it back after each checkpoint.
+      configuration.prepareDatabase { db in
+        try db.execute(sql: "PRAGMA journal_size_limit = \(Self.walSizeLimit)")
+      }
       // A pool opens the database in WAL mode.
       queue = try DatabasePool(path: path, configuration: configuration)
       try Self.migrator.migrate(queue)
