@@ -133,7 +133,12 @@ final class MountSafetyTests: XCTestCase {
   func testAnotherUsersStatusAndUnmountSayWhoseMountItIs() throws {
     let server = try startServerProcess()
     let mountpoint = try mount(server, "allow_other")
-    let tool = BuiltProducts.path(of: "mount9bbs")
+    // A copy nobody can run: the build directory may be in a clone only root can enter.
+    let shared = try makeTemporaryDirectory("mount9bbs-tool")
+    XCTAssertEqual(chmod(shared, 0o755), 0)
+    let tool = shared + "/mount9bbs"
+    try FileManager.default.copyItem(atPath: BuiltProducts.path(of: "mount9bbs"), toPath: tool)
+    addTeardownBlock { try? FileManager.default.removeItem(atPath: shared) }
     let status = try asNobody("'\(tool)' status '\(mountpoint)'")
     XCTAssertNotEqual(status.status, 0, status.output)
     XCTAssertTrue(
