@@ -44,8 +44,8 @@ struct PostQueue: Sendable {
   /// Where a post's bytes are kept.
   enum Storage: Sendable, Equatable {
     case memory
-    /// A `.store` for it is out.
-    case storing
+    /// To be written to disk, or its `.store` is out; why (for the log and chat/events).
+    case storing(reason: String)
     case stored(Outbox.Entry)
   }
 
@@ -63,6 +63,9 @@ struct PostQueue: Sendable {
     var writer: WriterID?
     /// Wanted on disk: its store is out or done.
     var kept: Bool { storage != .memory }
+    var isStoring: Bool {
+      if case .storing = storage { true } else { false }
+    }
     var entry: Outbox.Entry? {
       if case .stored(let entry) = storage { entry } else { nil }
     }
@@ -79,8 +82,6 @@ struct PostQueue: Sendable {
   private var writers: [WriterID: Int] = [:]
   private var sending = false
   private var storing = false
-  /// Why each post still to be stored is being stored, by id (for the log and chat/events).
-  private var storeReasons: [UInt64: String] = [:]
   private var retryScheduled = false
 
   /// A queue holding the posts an earlier mount left in the outbox, in order.
@@ -159,7 +160,6 @@ struct PostQueue: Sendable {
     switch result {
     case .success:
       posts.remove(at: index)
-      storeReasons[id] = nil
       var actions: [Action] = []
       if let entry = post.entry {
         let left = posts.count(where: { $0.kept })
@@ -174,7 +174,6 @@ struct PostQueue: Sendable {
       return linkLost(at: index, error)
     case .failure(let error):
       posts.remove(at: index)
-      storeReasons[id] = nil
       var actions: [Action] = []
       if let entry = post.entry {
         actions += [
@@ -201,11 +200,11 @@ struct PostQueue: Sendable {
   /// The post `id` is on disk as `entry`. Returns the next store, if any.
   mutating func stored(_ id: UInt64, as entry: Outbox.Entry) -> [Action] {
     storing = false
-    let reason = storeReasons.removeValue(forKey: id) ?? "stored"
     guard let index = posts.firstIndex(where: { $0.id == id }) else {
       // Delivered (or refused, or its writer failed) while it was being written: not kept.
       return [.removeFromOutbox(entry)] + nextStore()
     }
+    let reason = if case .storing(let reason) = posts[index].storage { reason } else { "stored" }
     posts[index].storage = .stored(entry)
     posts[index].lastError = posts[index].lastError ?? reason
     let post = posts[index]
@@ -219,7 +218,6 @@ struct PostQueue: Sendable {
   /// The post `id` could not be written to the outbox: its writer fails.
   mutating func storeFailed(_ id: UInt64, _ error: Outbox.Failure) -> [Action] {
     storing = false
-    storeReasons[id] = nil
     guard let index = posts.firstIndex(where: { $0.id == id }) else { return nextStore() }
     posts[index].storage = .memory
     let post = posts[index]
@@ -272,15 +270,14 @@ struct PostQueue: Sendable {
   private mutating func keep(through last: UInt64, reason: String) -> [Action] {
     guard keepsPosts else { return [] }
     for index in posts.indices where posts[index].id <= last && !posts[index].kept {
-      posts[index].storage = .storing
-      storeReasons[posts[index].id] = reason
+      posts[index].storage = .storing(reason: reason)
     }
     return nextStore()
   }
 
   /// The first post waiting to be written to disk, unless a write is out.
   private mutating func nextStore() -> [Action] {
-    guard !storing, let post = posts.first(where: { $0.storage == .storing }) else { return [] }
+    guard !storing, let post = posts.first(where: \.isStoring) else { return [] }
     storing = true
     return [
       .store(id: post.id, payload: post.payload, directory: post.directory, queued: post.queued)
@@ -305,7 +302,6 @@ struct PostQueue: Sendable {
     guard let writer, writers.removeValue(forKey: writer) != nil else { return [] }
     let onTheWire = sending ? posts.first?.id : nil
     let dropped = posts.filter { $0.writer == writer && $0.entry == nil && $0.id != onTheWire }
-    for post in dropped { storeReasons[post.id] = nil }
     posts.removeAll { post in dropped.contains { $0.id == post.id } }
     for index in posts.indices where posts[index].writer == writer { posts[index].writer = nil }
     return [.answer(writer, failure: error)]
