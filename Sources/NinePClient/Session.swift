@@ -167,7 +167,7 @@ public final class Session: @unchecked Sendable {
     condition.lock()
     let now = ContinuousClock.now
     var deadline = timeout.map { now + $0 }
-    if let due = deadline, state.table.serverIsSilent {
+    if let due = deadline, state.table.serverIsSilent() {
       deadline = min(due, now + TagTable<Callbacks>.silentServerGrace)
     }
     let id: UInt64

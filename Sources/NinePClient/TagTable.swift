@@ -80,8 +80,6 @@ struct TagTable<Callback> {
     var answered = false
     /// For a Tflush: the request it flushes.
     var flushTarget: UInt64?
-    /// It got no reply before its deadline; its Tflush is queued or on the wire.
-    var timedOut = false
 
     var isFlush: Bool {
       if case .tflush = message { return true }
@@ -95,6 +93,9 @@ struct TagTable<Callback> {
   /// Every request not yet done: queued, on the wire, or abandoned and waiting for its reply.
   private var requests: [UInt64: Request] = [:]
   private var inFlight: [Tag: UInt64] = [:]
+  /// Requests on the wire that got no reply before their deadline, possibly since answered
+  /// or gone (``serverIsSilent()`` forgets those).
+  private var timedOut: Set<UInt64> = []
   private var freeTags: [Tag]
   private var discipline: WireDiscipline
   /// How long a Tflush may wait for its Rflush (nil: for ever).
@@ -168,7 +169,13 @@ struct TagTable<Callback> {
   /// answered since: the server has stopped answering, or is about to be found so. A new
   /// request then waits ``silentServerGrace`` at most, so a command's second request (`touch`:
   /// a lookup, then a create) fails with the first rather than a whole timeout later.
-  var serverIsSilent: Bool { requests.values.contains { $0.timedOut && !$0.answered } }
+  /// Checked on every send: looks only at the requests that timed out (usually none), and
+  /// forgets those the server has since answered or that are gone.
+  mutating func serverIsSilent() -> Bool {
+    guard !timedOut.isEmpty else { return false }
+    timedOut = timedOut.filter { requests[$0].map { !$0.answered } ?? false }
+    return !timedOut.isEmpty
+  }
 
   /// Queues `message`, due by `deadline`; returns its id. A closed table (or, for a read that
   /// may park, one that stopped parking) refuses it: the action answers the caller at once.
@@ -389,7 +396,7 @@ struct TagTable<Callback> {
         continue
       }
       if let tag = request.tag {
-        requests[id]?.timedOut = true
+        timedOut.insert(id)
         actions.append(.flushingLateRequest(request.message))
         discipline.didTimeOut(tag: tag, now: now)
         enqueueFlush(of: id, now: now)
