@@ -18,36 +18,33 @@ final class RawSocket {
   static func connected(port: Int, source: String? = nil) throws -> Int32 {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { throw TestError.unexpected("socket: errno \(errno)") }
-    if let source {
-      var local = sockaddr_in()
-      local.sin_family = sa_family_t(AF_INET)
-      local.sin_addr.s_addr = inet_addr(source)
-      let bound = withUnsafePointer(to: &local) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-          bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-        }
+    do {
+      if let source {
+        try call("bind \(source)", fd, host: source, port: 0, bind)
       }
-      guard bound == 0 else {
-        let code = errno
-        Glibc.close(fd)
-        throw TestError.unexpected("bind \(source): errno \(code)")
-      }
-    }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = UInt16(port).bigEndian
-    let connected = withUnsafePointer(to: &address) {
-      $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-        connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-      }
-    }
-    guard connected == 0 else {
-      let code = errno
+      try call("connect", fd, host: "127.0.0.1", port: port, connect)
+    } catch {
       Glibc.close(fd)
-      throw TestError.unexpected("connect: errno \(code)")
+      throw error
     }
     return fd
+  }
+
+  /// `operation` (bind or connect) of `fd` with the IPv4 address `host:port`.
+  private static func call(
+    _ what: String, _ fd: Int32, host: String, port: Int,
+    _ operation: (Int32, UnsafePointer<sockaddr>, socklen_t) -> Int32
+  ) throws {
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr(host)
+    address.sin_port = UInt16(port).bigEndian
+    let result = withUnsafePointer(to: &address) {
+      $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+        operation(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+      }
+    }
+    guard result == 0 else { throw TestError.unexpected("\(what): errno \(errno)") }
   }
 
   /// The port of a `tcp!host!port` dial string.
