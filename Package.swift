@@ -59,6 +59,14 @@ let package = Package(
         .product(name: "DequeModule", package: "swift-collections"),
       ]),
 
+    // The secure channel: Noise_XX_25519_ChaChaPoly_SHA256 on swift-crypto, asked for with a
+    // Tversion, and 9P messages in its encrypted records.
+    .target(
+      name: "SecureChannel",
+      dependencies: [
+        "NinePProtocol", "NinePTransport", .product(name: "Crypto", package: "swift-crypto"),
+      ]),
+
     // Who you are: Ed25519 / P-256 keys (our files, OpenSSH's, ssh-agent's), identities and
     // the Tauth challenge response, signed and verified.
     .target(
@@ -69,7 +77,7 @@ let package = Package(
     .target(
       name: "BBSServer",
       dependencies: [
-        "NinePProtocol", "NinePTransport", "BBSIdentity", "TerminalText",
+        "NinePProtocol", "NinePTransport", "BBSIdentity", "TerminalText", "SecureChannel",
         .product(name: "Logging", package: "swift-log"),
         .product(name: "DequeModule", package: "swift-collections"),
         .product(name: "GRDB", package: "GRDB.swift"),
@@ -114,7 +122,7 @@ let package = Package(
       name: "Mount9BBSCommand",
       dependencies: [
         "BBSMount", "FuseKit", "BBSServer", "NinePClient", "NinePTransport", "BBSDiscovery",
-        "BBSIdentity", "CSdBus", "ChatTerminal", "TerminalText",
+        "BBSIdentity", "CSdBus", "ChatTerminal", "TerminalText", "SecureChannel",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ]),
@@ -149,6 +157,9 @@ let package = Package(
       dependencies: ["BBSServer", "BBSIdentity", "NinePProtocol", "NinePTransport", "TestSupport"]),
     .testTarget(name: "BBSIdentityTests", dependencies: ["BBSIdentity", "TestSupport"]),
     .testTarget(
+      name: "SecureChannelTests",
+      dependencies: ["SecureChannel", "NinePProtocol", "NinePTransport", "TestSupport"]),
+    .testTarget(
       name: "LinkEmulationTests", dependencies: ["LinkEmulation", "NinePTransport", "TestSupport"]),
     .testTarget(
       name: "FuseKitTests",
@@ -157,7 +168,7 @@ let package = Package(
       name: "BBSMountTests",
       dependencies: [
         "BBSMount", "FuseKit", "NinePClient", "BBSServer", "BBSIdentity", "TestSupport",
-        "TerminalText",
+        "TerminalText", "SecureChannel",
       ]),
     .testTarget(
       name: "ChatTerminalTests",

@@ -109,7 +109,10 @@ extension BBSDaemonCommand {
       txt: [
         ("version", "9P2000"), ("features", features.joined(separator: ",")),
         ("board", boardName ?? name),
-      ] + (boardKey.map { [("boardkey", $0.fingerprint)] } ?? []), logger: logger)
+      ] + (boardKey.map { [("boardkey", $0.fingerprint)] } ?? [])
+        // What the board's TCP listeners do when asked for the secure channel.
+        + (server.configuration.secure == .off ? [] : [("secure", "noise1")]),
+      logger: logger)
     do {
       try advertiser.start()
     } catch {

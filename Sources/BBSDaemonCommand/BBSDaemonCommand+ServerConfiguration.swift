@@ -20,6 +20,8 @@ extension BBSDaemonCommand {
       connectionLimit: maxConnections.map { .backlog($0) } ?? connectionCap.map { .refuse($0) })
     configuration.auth = AuthPolicy(rawValue: auth) ?? .off
     configuration.authSign = ChallengeResponse.Form(rawValue: authSign) ?? .bound
+    configuration.secure =
+      secure.flatMap(SecurePolicy.init(rawValue:)) ?? (authSign == "raw" ? .off : .offered)
     if configuration.auth != .off {
       do {
         configuration.boardKey = try loadBoardKey(logger: logger)

@@ -59,6 +59,9 @@ extension BBSDaemonCommand {
     if authSign == "raw", let boardKey, boardKey != "none" {
       throw ValidationError("--auth-sign raw imitates a deployed board, which has no board key")
     }
+    if let secure, SecurePolicy(rawValue: secure) == nil {
+      throw ValidationError("--secure must be 'offered', 'required' or 'off'")
+    }
     for entry in nickname {
       let parts = entry.split(separator: "=", maxSplits: 1)
       guard parts.count == 2, !parts[1].isEmpty else {

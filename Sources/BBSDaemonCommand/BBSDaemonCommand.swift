@@ -39,7 +39,9 @@ struct BBSDaemonCommand: ParsableCommand {
       without authentication is a guest (refused with --auth required). The board proves \
       its own Ed25519 key (--board-key) to every client that authenticates, and accepts only \
       signatures that name that key (docs/authentication.md); --auth-sign raw imitates a \
-      deployed board instead: no board key, signatures over the raw challenge.
+      deployed board instead: no board key, signatures over the raw challenge. TCP clients \
+      that ask get a secure channel (--secure): encrypted, its handshake signed by the board \
+      key, and every signature bound to it.
 
       Against hostile clients: connections are capped (--connection-cap, \
       --max-connections-per-network, --member-reserve) and timed out (--handshake-timeout, --idle-timeout, \
@@ -230,6 +232,17 @@ struct BBSDaemonCommand: ParsableCommand {
       mount9bbs -o auth-sign=raw; implies --board-key none).
       """, valueName: "bound|raw"))
   var authSign = "bound"
+
+  @Option(
+    help: ArgumentHelp(
+      """
+      The secure channel (Noise_XX_25519_ChaChaPoly_SHA256, docs/authentication.md §7) for \
+      stream clients that ask for it. offered (default): a TCP client may use it, and Tauth \
+      is refused on a plain TCP connection, so no signature is ever made on one; required: \
+      TCP clients must use it; off: never (as a deployed board; the default with --auth-sign \
+      raw). Unix-socket clients may always come plain.
+      """, valueName: "offered|required|off"))
+  var secure: String?
 
   @Option(
     help: ArgumentHelp(

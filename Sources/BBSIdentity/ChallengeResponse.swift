@@ -31,8 +31,11 @@ public enum ChallengeResponse {
   public static let clientNamespace = "9bbs-auth-v1@mount9bbs"
   /// The SSHSIG namespace of a board's proof.
   public static let boardNamespace = "9bbs-board-v1@mount9bbs"
-  /// The first field of the message a client signs.
+  /// The first field of the message a client signs on a plain connection.
   public static let clientContext = "9bbs client authentication v1"
+  /// The first field of the message a client signs on the secure channel, where the message
+  /// ends with the channel's binding.
+  public static let channelClientContext = "9bbs client authentication v2"
   /// The first field of the message a board signs.
   public static let boardContext = "9bbs board proof v1"
 
@@ -44,16 +47,19 @@ public enum ChallengeResponse {
     case raw
   }
 
-  /// What a board's afid read holds.
+  /// What a board's afid read holds, and the secure channel it came over.
   public struct Challenge: Equatable, Sendable {
     /// The 32 random bytes.
     public let nonce: [UInt8]
     /// The board's key, nil for a board without one.
     public let boardKey: BoardKey?
+    /// The secure channel's binding (its Noise handshake hash); nil on a plain connection.
+    public var channelBinding: [UInt8]?
 
-    public init(nonce: [UInt8], boardKey: BoardKey?) {
+    public init(nonce: [UInt8], boardKey: BoardKey?, channelBinding: [UInt8]? = nil) {
       self.nonce = nonce
       self.boardKey = boardKey
+      self.channelBinding = channelBinding
     }
 
     /// Reads an afid read: 32 bytes, or 32 ‖ magic ‖ Ed25519 key.
@@ -100,13 +106,14 @@ public enum ChallengeResponse {
 
   /// The message a client signs in ``Form/bound``: SSH strings of the context, the identity
   /// (40 hex characters), the board key as an SSH public-key blob (empty: no board key) and
-  /// the challenge.
+  /// the challenge; on the secure channel (v2), then the channel's binding.
   public static func clientMessage(identity: Identity, challenge: Challenge) -> [UInt8] {
     var writer = SSHWriter()
-    writer.string(clientContext)
+    writer.string(challenge.channelBinding == nil ? clientContext : channelClientContext)
     writer.string(identity.hex)
     writer.string(challenge.boardKey?.sshBlob ?? [])
     writer.string(challenge.nonce)
+    if let binding = challenge.channelBinding { writer.string(binding) }
     return writer.bytes
   }
 

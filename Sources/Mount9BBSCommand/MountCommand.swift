@@ -73,6 +73,9 @@ struct MountCommand: ParsableCommand {
       mount9bbs keygen, if there is one); alias IdentityFile
         auth=auto|required|off   when to prove it: where the board wants it (auto), always, \
       or never
+        secure=auto|required|off   the secure channel (encrypted, bound to the board's key) \
+      on TCP: used where the board offers it (auto), else refused (required), or never (off). \
+      Bluetooth and Unix-socket boards are plain
         auth-sign=bound|raw   what the key signs: bound (default) names the board's key and \
       this authentication; raw signs the board's 32-byte challenge as it is, only for a \
       deployed board that verifies that (warned each mount). Board keys are pinned per \

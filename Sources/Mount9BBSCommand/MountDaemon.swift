@@ -1,3 +1,4 @@
+import BBSIdentity
 import BBSMount
 import BBSServer
 import Foundation
@@ -146,6 +147,12 @@ struct MountDaemon {
     if address != nil {
       configuration.authentication = try options.authentication(
         board: candidates.map(\.description), logger: logger)
+      if options.secure != .off {
+        configuration.openChannel = ChannelOpener(
+          mode: options.secure, pins: BoardPins(path: BoardPins.defaultPath()),
+          board: candidates.map(\.description), logger: logger
+        ).open
+      }
     }
     return configuration
   }

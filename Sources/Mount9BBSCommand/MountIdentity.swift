@@ -55,7 +55,7 @@ struct BoardAnswerer: Sendable {
 
   func answer(_ offered: Authentication.Challenge) throws -> Authentication.Answer {
     let address = offered.address.description
-    let challenge: ChallengeResponse.Challenge
+    var challenge: ChallengeResponse.Challenge
     let status: BoardPins.Status
     do {
       challenge = try ChallengeResponse.Challenge(parsing: offered.bytes)
@@ -63,14 +63,25 @@ struct BoardAnswerer: Sendable {
     } catch {
       throw AuthenticationError.boardRefused("\(error)")
     }
-    let response = try ChallengeResponse.respond(to: challenge, with: signer, form: form)
+    // On the secure channel the signature covers the channel, and the board must name the key
+    // it proved there.
+    if let channel = offered.channel {
+      challenge.channelBinding = channel.binding
+      guard challenge.boardKey?.publicKey == channel.boardKey else {
+        throw AuthenticationError.boardRefused(
+          "the board at \(address) proved one key in the secure channel and named another in its challenge; refusing it"
+        )
+      }
+    }
+    let bound = challenge
+    let response = try ChallengeResponse.respond(to: bound, with: signer, form: form)
     guard let boardKey = challenge.boardKey else {
       return Authentication.Answer(response: response)
     }
     return Authentication.Answer(response: response) { [pins, logger] proof in
       do {
         try ChallengeResponse.verifyBoardProof(
-          proof, boardKey: boardKey, nonce: challenge.nonce, response: response)
+          proof, boardKey: boardKey, nonce: bound.nonce, response: response)
       } catch {
         throw AuthenticationError.boardRefused(
           "the board at \(address) presented the key \(boardKey.fingerprint) but did not prove it (\(error)); refusing it"

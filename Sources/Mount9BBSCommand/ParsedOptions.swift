@@ -55,6 +55,8 @@ struct ParsedOptions {
   /// `auth-sign=bound|raw`: what the key signs (see docs/authentication.md); raw only for
   /// deployed boards that verify the raw challenge.
   var authSign: ChallengeResponse.Form = .bound
+  /// `secure=auto|required|off`: the secure channel on TCP (see MountChannel.swift).
+  var secure: SecureMode = .auto
   /// The key file's contents, unlocked with the passphrase the user typed (see
   /// MountIdentity.swift); the daemon gets them through an inherited pipe (`--key-fd`).
   var unlockedKey: UnlockedKey?
@@ -68,6 +70,17 @@ struct ParsedOptions {
   var awareness = AwarenessOptions()
 
   /// When to authenticate (see MountIdentity.swift).
+  /// Whether to use the secure channel (docs/authentication.md §7).
+  enum SecureMode: String {
+    /// Ask every TCP board for it, and use it where offered.
+    case auto
+    /// Ask, and refuse a board that does not offer it (and any transport but TCP and Unix
+    /// sockets, where it does not run).
+    case required
+    /// Never ask: plain 9P.
+    case off
+  }
+
   enum AuthMode: String {
     /// With a key (`identity=`, else the default key file if there is one), when the server
     /// authenticates; as a guest otherwise.
@@ -217,6 +230,12 @@ struct ParsedOptions {
         throw Invalid(description: "option auth=\(text): expected auto, required or off")
       }
       auth = mode
+    case "secure":
+      let text = try option.required()
+      guard let mode = SecureMode(rawValue: text) else {
+        throw Invalid(description: "option secure=\(text): expected auto, required or off")
+      }
+      secure = mode
     case "auth-sign":
       let text = try option.required()
       guard let form = ChallengeResponse.Form(rawValue: text) else {

@@ -21,14 +21,17 @@ public struct Authentication: Sendable {
     case required
   }
 
-  /// What the board handed out: the afid read's bytes, and the address they came from.
+  /// What the board handed out: the afid read's bytes, the address they came from, and the
+  /// secure channel they came over (nil: a plain connection), which a signature is bound to.
   public struct Challenge: Sendable {
     public var bytes: [UInt8]
     public var address: TransportAddress
+    public var channel: ChannelSecurity?
 
-    public init(bytes: [UInt8], address: TransportAddress) {
+    public init(bytes: [UInt8], address: TransportAddress, channel: ChannelSecurity? = nil) {
       self.bytes = bytes
       self.address = address
+      self.channel = channel
     }
   }
 
@@ -126,6 +129,9 @@ public enum AuthenticationError: Error, Sendable, Equatable, CustomStringConvert
   case incomplete
   /// `too many concurrent authentications` (4 at once on a board).
   case busy
+  /// `authentication only over the secure channel`: the board takes no signature on a plain
+  /// TCP connection (docs/authentication.md §7).
+  case needsSecureChannel
   /// The server's challenge was empty.
   case noChallenge
   /// The key could not sign; the text says why.
@@ -153,6 +159,7 @@ public enum AuthenticationError: Error, Sendable, Equatable, CustomStringConvert
     case "authentication required": self = .required
     case "authentication incomplete": self = .incomplete
     case "too many concurrent authentications": self = .busy
+    case "authentication only over the secure channel": self = .needsSecureChannel
     default: self = .server(ename)
     }
   }
@@ -189,6 +196,8 @@ public enum AuthenticationError: Error, Sendable, Equatable, CustomStringConvert
     case .incomplete: "the authentication did not finish (authentication incomplete)"
     case .busy:
       "the server is authenticating too many sessions at once (too many concurrent authentications)"
+    case .needsSecureChannel:
+      "the board takes signatures only over its secure channel, and this connection is plain (authentication only over the secure channel): mount without -o secure=off"
     case .noChallenge: "the server sent an empty challenge"
     case .signing(let reason): reason
     case .boardRefused(let reason): reason

@@ -336,11 +336,15 @@ public final class Pool: Sendable {
   static let failoverHandshakeLimit: Duration = .seconds(5)
 
   func dialSession(to index: Int, handshake: Duration? = nil) throws(NinePError) -> Session {
-    let transport: any MessageTransport
+    var transport: any MessageTransport
     do {
       transport = try dial(addresses[index], options: dialOptions)
     } catch {
       throw .transport(error)
+    }
+    if let openChannel = configuration.openChannel {
+      transport = try openChannel(
+        transport, handshake ?? configuration.requestTimeout ?? Self.failoverHandshakeLimit)
     }
     return try Session.connect(
       transport: transport, configuration: configuration, handshakeTimeout: handshake,

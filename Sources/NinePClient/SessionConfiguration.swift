@@ -47,6 +47,11 @@ public struct SessionConfiguration: Sendable {
   public var parkingTurn: Duration = .seconds(1)
   /// Prove an identity with Tauth before attaching; nil attaches as `uname` without.
   public var authentication: Authentication?
+  /// Turns each freshly dialled transport into the one the session uses, within the time
+  /// given: the secure channel (Mount9BBSCommand sets it up and checks the board's key), or
+  /// nil to use the transport as dialled. Throws to refuse the connection.
+  public var openChannel:
+    (@Sendable (any MessageTransport, Duration) throws(NinePError) -> any MessageTransport)?
   /// Device profile: the board's one work queue, shared by the sessions a ``Pool`` opens to it
   /// (the pool makes one), so a park grace counts the other sessions' requests.
   public var board: BoardQueue?

@@ -92,7 +92,7 @@ extension Session {
     let answer: Authentication.Answer
     do {
       answer = try authentication.respond(
-        .init(bytes: Array(challenge), address: transport.address))
+        .init(bytes: Array(challenge), address: transport.address, channel: transport.security))
     } catch let error as AuthenticationError {
       throw .authentication(error)
     } catch {

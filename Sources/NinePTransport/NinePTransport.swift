@@ -53,6 +53,29 @@ public protocol MessageTransport: AnyObject, Sendable {
   /// Closes the transport: wakes threads blocked in `receive` or `send` (they throw `.closed`);
   /// idempotent.
   func close()
+  /// What protects the connection: nil for a plain one; for the secure channel, its binding
+  /// and the board key proved in its handshake.
+  var security: ChannelSecurity? { get }
+}
+
+extension MessageTransport {
+  public var security: ChannelSecurity? { nil }
+}
+
+/// What a secure channel (the SecureChannel module, docs/authentication.md §7) tells the layers
+/// above it: what a Tauth signature is bound to, and which board key the far end proved.
+public struct ChannelSecurity: Sendable, Equatable {
+  /// The Noise handshake hash: 32 bytes, the same at both ends of this channel and at no
+  /// other, so a signature over it is good on this channel only.
+  public var binding: [UInt8]
+  /// The raw 32-byte Ed25519 key the board proved in the handshake; nil for a board without
+  /// a key.
+  public var boardKey: [UInt8]?
+
+  public init(binding: [UInt8], boardKey: [UInt8]?) {
+    self.binding = binding
+    self.boardKey = boardKey
+  }
 }
 
 /// How `dial(_:options:)` connects.

@@ -29,6 +29,8 @@ public enum TransportError: Error, Sendable, Equatable, CustomStringConvertible 
   case closed
   /// A system call failed.
   case io(operation: String, errno: Int32)
+  /// The secure channel failed: a record did not decrypt, or its handshake went wrong.
+  case secureChannel(reason: String)
 
   public var description: String {
     switch self {
@@ -62,6 +64,8 @@ public enum TransportError: Error, Sendable, Equatable, CustomStringConvertible 
       return "The transport was closed."
     case .io(let operation, let errno):
       return "The \(operation) failed: \(errnoText(errno))."
+    case .secureChannel(let reason):
+      return "The secure channel failed: \(reason)."
     }
   }
 }

@@ -2,6 +2,7 @@ import BBSIdentity
 import Foundation
 import NinePClient
 import NinePTransport
+import SecureChannel
 import TestSupport
 import XCTest
 
@@ -124,7 +125,8 @@ final class BoardTrustTests: XCTestCase {
 
   /// A board that relays the real board's challenge to its victim and the victim's response
   /// to the real board, logging in there as the victim if it can. With `ownKey` it presents
-  /// its own key (and proves it); without, the real board's key and proof, unchanged.
+  /// its own key (and proves it); without, the real board's key and proof, unchanged. With
+  /// `secure`, it logs in at the real board over the secure channel, as a real client would.
   private final class Relay: @unchecked Sendable {
     var board: HostileBoard!
     let realChallenge = Handover<[UInt8]>()
@@ -133,10 +135,10 @@ final class BoardTrustTests: XCTestCase {
     /// "attached" once logged in at the real board as the victim, else why not.
     let outcome = Handover<String>()
 
-    init(real: String, ownKey: PrivateKey?) throws {
+    init(real: String, ownKey: PrivateKey?, secure: Bool = false) throws {
       board = try HostileBoard(
         challenge: { [self] identity in
-          startLogin(at: real, as: identity)
+          startLogin(at: real, as: identity, secure: secure)
           guard let bytes = realChallenge.take(),
             let challenge = try? ChallengeResponse.Challenge(parsing: bytes)
           else { return [] }
@@ -152,7 +154,7 @@ final class BoardTrustTests: XCTestCase {
         })
     }
 
-    private func startLogin(at real: String, as identity: String) {
+    private func startLogin(at real: String, as identity: String, secure: Bool) {
       Thread { [self] in
         var configuration = SessionConfiguration(profile: .multiplex, uname: identity)
         configuration.authentication = Authentication(identity: identity, policy: .required) {
@@ -162,13 +164,23 @@ final class BoardTrustTests: XCTestCase {
           return .init(response: response) { [self] proof in realProof.put(proof) }
         }
         do {
+          var transport = try dial(TransportAddress(parsing: real))
+          if secure {
+            guard
+              case .secure(let channel, _, _) = try SecureChannel.ask(
+                over: transport, timeout: .seconds(10))
+            else { throw HarnessError("the real board offers no secure channel") }
+            transport = channel
+          }
           let session = try Session.connect(
-            transport: try dial(TransportAddress(parsing: real)), configuration: configuration,
-            handshakeTimeout: .seconds(10))
+            transport: transport, configuration: configuration, handshakeTimeout: .seconds(10))
           outcome.put("attached")
           session.close()
         } catch {
           outcome.put("\(error)")
+          // Nothing more will come from the real board: let the victim's side go on.
+          realChallenge.put([])
+          realProof.put([])
         }
       }.start()
     }
@@ -177,7 +189,7 @@ final class BoardTrustTests: XCTestCase {
   func testARelayWithItsOwnKeyCannotLogInAtTheRealBoard() throws {
     let real = try startServerProcess(extra: ["--auth", "required"])
     let victim = try user("victim")
-    let relay = try Relay(real: real.address, ownKey: PrivateKey.generate(.ed25519))
+    let relay = try Relay(real: real.address, ownKey: PrivateKey.generate(.ed25519), secure: true)
     defer { relay.board.stop() }
     // The relay's own board refuses the attach, so the mount fails; what matters is where the
     // victim's signature got the relay at the real board.
@@ -191,6 +203,41 @@ final class BoardTrustTests: XCTestCase {
     XCTAssertFalse(real.log.contains("authenticated \(victim.key.identity.hex)"), real.log)
   }
 
+  /// The first-contact relay of issue 35: the victim has never mounted the real board, the
+  /// relay passes the real board's challenge (and key) on unchanged and logs in there over the
+  /// secure channel, as any client can. The victim's signature names the victim's own channel
+  /// (here a plain one: the relay offers none), so the real board refuses it.
+  func testAFirstContactRelayCannotLogInAtTheRealBoardWithDefaultOptions() throws {
+    let real = try startServerProcess(extra: ["--auth", "required"])
+    let victim = try user("victim")
+    let relay = try Relay(real: real.address, ownKey: nil, secure: true)
+    defer { relay.board.stop() }
+    _ = try runBuilt(
+      "mount9bbs", ["-f", "-o", "auth=required", relay.board.address, mountpoint],
+      environment: victim.environment)
+    XCTAssertEqual(relay.board.responses.count, 1, "the victim answered the relayed challenge")
+    let outcome = try XCTUnwrap(relay.outcome.take(), "the relay's login never finished")
+    XCTAssertNotEqual(outcome, "attached", "the relay logged in at the real board as the victim")
+    XCTAssertTrue(outcome.contains("authentication failed"), outcome)
+    XCTAssertFalse(real.log.contains("authenticated \(victim.key.identity.hex)"), real.log)
+    XCTAssertTrue(real.log.contains("secure channel up"), real.log)
+  }
+
+  /// The same relay logging in plain gets no challenge at all: a board that offers the secure
+  /// channel takes no signature on a plain TCP connection.
+  func testABoardOfferingTheChannelTakesNoSignatureOnPlainTCP() throws {
+    let real = try startServerProcess(extra: ["--auth", "required"])
+    let victim = try user("victim")
+    let relay = try Relay(real: real.address, ownKey: nil)
+    defer { relay.board.stop() }
+    _ = try runBuilt(
+      "mount9bbs", ["-f", "-o", "auth=required", relay.board.address, mountpoint],
+      environment: victim.environment)
+    let outcome = try XCTUnwrap(relay.outcome.take(), "the relay's login never finished")
+    XCTAssertTrue(outcome.contains("only over the secure channel"), outcome)
+    XCTAssertEqual(relay.board.responses, [], "the victim signed with nothing to sign")
+  }
+
   func testARelayPresentingTheRealBoardsKeyIsRefusedByThePin() throws {
     let real = try startServerProcess(extra: ["--auth", "required"])
     let victim = try user("victim")
@@ -201,7 +248,7 @@ final class BoardTrustTests: XCTestCase {
     XCTAssertTrue(waitUntil(timeout: 5) { !isMounted(self.mountpoint) })
     let logins = real.log.components(separatedBy: "authenticated \(victim.key.identity.hex)").count
 
-    let relay = try Relay(real: real.address, ownKey: nil)
+    let relay = try Relay(real: real.address, ownKey: nil, secure: true)
     defer { relay.board.stop() }
     let said = try refusal(relay.board.address, victim.environment)
     XCTAssertTrue(said.contains("which is pinned for \(real.address)"), said)

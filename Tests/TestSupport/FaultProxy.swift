@@ -18,6 +18,15 @@ public final class FaultProxy: @unchecked Sendable {
   private let stallCondition = NSCondition()
   /// Connections accepted so far.
   public private(set) var acceptedCount = 0
+  private var tapped: [UInt8] = []
+
+  /// Every byte forwarded so far, either way, in the order forwarded: what a tap on the path
+  /// sees.
+  public var forwardedBytes: [UInt8] {
+    lock.lock()
+    defer { lock.unlock() }
+    return tapped
+  }
 
   /// Listens on `listen` (a unix path is simplest) and forwards to `server`.
   public init(listen: TransportAddress, server: TransportAddress) throws {
@@ -118,6 +127,7 @@ public final class FaultProxy: @unchecked Sendable {
       let wait = delay + (replies ? replyDelay : 0)
       let cutting = cutNextMessage
       if cutting { cutNextMessage = false }
+      tapped += chunk
       lock.unlock()
       if wait > 0 { Thread.sleep(forTimeInterval: wait) }
       if cutting {

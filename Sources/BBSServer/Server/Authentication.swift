@@ -46,7 +46,10 @@ struct AuthTable {
 
   /// Tauth: a fresh challenge for `claimed`, naming `boardKey` when the board has one. The
   /// caller has checked the identity's length and that the afid is free.
-  mutating func begin(afid: Fid, claimed: String, boardKey: BoardKey?) throws(NinePFailure) -> Qid {
+  /// On the secure channel, `channelBinding` is its binding, which the signature must cover.
+  mutating func begin(afid: Fid, claimed: String, boardKey: BoardKey?, channelBinding: [UInt8]?)
+    throws(NinePFailure) -> Qid
+  {
     guard entries.count < Self.places else {
       throw NinePFailure("too many concurrent authentications")
     }
@@ -55,7 +58,9 @@ struct AuthTable {
       UInt8.random(in: .min ... .max, using: &generator)
     }
     entries[afid] = Entry(
-      claimed: claimed, challenge: ChallengeResponse.Challenge(nonce: nonce, boardKey: boardKey),
+      claimed: claimed,
+      challenge: ChallengeResponse.Challenge(
+        nonce: nonce, boardKey: boardKey, channelBinding: channelBinding),
       issued: .now)
     return Qid(type: .auth, version: 0, path: UInt64(afid))
   }

@@ -1,8 +1,10 @@
+import BBSIdentity
 import Dispatch
 import Foundation
 import Logging
 import NinePProtocol
 import NinePTransport
+import SecureChannel
 import Synchronization
 
 /// One client connection: its transport, the handler of its 9P requests and the reader loop
@@ -23,6 +25,11 @@ final class Connection: Sendable {
   let opened = ContinuousClock.now
   private let activity = ConnectionActivity()
   private let transport: any MessageTransport
+  /// The connection, when it may turn secure (a stream socket, the board offering the
+  /// channel); nil otherwise.
+  private let upgradable: UpgradableTransport?
+  /// Whether the secure policy applies: a TCP client (Unix-socket ones are local).
+  private let overTCP: Bool
   private let raw: SocketTransport?
   private let server: BBSServer
   private let handler: ConnectionHandler
@@ -31,16 +38,24 @@ final class Connection: Sendable {
   private let receive = Mutex(Receive.waitSize)
   private let closed = Mutex(false)
 
-  init(id: Int, transport: any MessageTransport, server: BBSServer) {
+  init(id: Int, transport plain: any MessageTransport, server: BBSServer) {
     self.id = id
+    let socket = plain as? SocketTransport
+    let configuration = server.configuration
+    if configuration.secure != .off, configuration.profile != .gen1, let socket, !socket.isPacket {
+      upgradable = UpgradableTransport(socket)
+    } else {
+      upgradable = nil
+    }
+    let transport: any MessageTransport = upgradable ?? plain
     self.transport = transport
     self.server = server
     switch transport.address {
     case .tcp(let host, _), .l2cap(let host, _, _): self.host = host
     default: self.host = nil
     }
+    if case .tcp = transport.address { overTCP = true } else { overTCP = false }
     self.logger = server.logger
-    let socket = transport as? SocketTransport
     raw = server.configuration.profile == .device && socket?.isPacket == true ? socket : nil
     // Frames of one batch go out back to back (Rread(0) before Rflush). A device sends every
     // reply as exactly one SDU. Send failures surface as a receive failure on the reader.
@@ -80,6 +95,8 @@ final class Connection: Sendable {
       admitAttach: { [weak server] user, member in
         server?.settleAttach(of: id, as: user, member: member)
       },
+      channel: { [upgradable] in upgradable?.security },
+      signaturesNeedChannel: upgradable != nil && overTCP,
       send: { sendAll($0.map(OutgoingFrame.bytes)) })
   }
 
@@ -129,10 +146,68 @@ final class Connection: Sendable {
   // MARK: Default profile
 
   private func runMultiplexed() {
+    var first = true
     while let frame = receiveFrame(failure: {
       "session \(id): receive failed: \($0); disconnecting"
     }) {
-      send(handler.process(frame))
+      defer { first = false }
+      switch screen(frame, first: first) {
+      case .serve: send(handler.process(frame))
+      case .handled: continue
+      case .end: return
+      }
+    }
+  }
+
+  // MARK: Secure channel
+
+  private enum Screening {
+    /// A 9P request for the handler.
+    case serve
+    /// Answered here (the channel was set up, or a plain request refused).
+    case handled
+    /// The connection must end.
+    case end
+  }
+
+  /// What to do with `frame` before the handler sees it: set up the secure channel when the
+  /// first request asks for it, and refuse plain requests on TCP when the board requires it.
+  private func screen(_ frame: [UInt8], first: Bool) -> Screening {
+    guard let upgradable, !upgradable.isSecure else { return .serve }
+    if first, let tag = SecureChannel.request(in: frame) {
+      return openChannel(on: upgradable, tag: tag) ? .handled : .end
+    }
+    guard server.configuration.secure == .required, overTCP else { return .serve }
+    let tag = frame.count >= 7 ? UInt16(frame[5]) | UInt16(frame[6]) << 8 : NineP.noTag
+    logger.notice("session \(id): plain request refused: this board requires the secure channel")
+    send([.bytes(Message.rerror(ename: Self.plainRefusal).encoded(tag: tag))])
+    return .handled
+  }
+
+  /// The Rerror of any plain request on TCP to a board that requires the secure channel.
+  static let plainRefusal = "this board requires the secure channel"
+
+  /// Answers the request (tag `tag`) and runs the board's side of the handshake; false if it
+  /// failed (logged; the connection must end).
+  private func openChannel(on upgradable: UpgradableTransport, tag: Tag) -> Bool {
+    let boardKey = server.configuration.boardKey
+    do {
+      let channel = try SecureChannel.accept(
+        over: upgradable.plain, tag: tag, timeout: server.configuration.handshakeTimeout,
+        boardKey: boardKey.flatMap(BoardKey.init(of:))?.publicKey
+      ) { hash throws(SecureChannelError) in
+        do {
+          return try ChannelProof.payload(handshakeHash: hash, key: boardKey)
+        } catch {
+          throw .crypto("cannot sign the channel proof: \(error)")
+        }
+      }
+      upgradable.upgrade(to: channel)
+      logger.info("session \(id): secure channel up (\(NoiseHandshake.protocolName))")
+      return true
+    } catch {
+      logger.notice("session \(id): secure channel refused: \(error)")
+      return false
     }
   }
 
@@ -156,9 +231,16 @@ final class Connection: Sendable {
   /// socket and are served in order.
   private func runSerially() {
     let profile = server.configuration.profile.rawValue
+    var first = true
     while let frame = receiveFrame(failure: {
       "\(profile) profile: session \(id): \($0) — disconnecting"
     }) {
+      defer { first = false }
+      switch screen(frame, first: first) {
+      case .serve: break
+      case .handled: continue
+      case .end: return
+      }
       let done = DispatchSemaphore(value: 0)
       process(frame) { done.signal() }
       done.wait()

@@ -80,6 +80,8 @@ public struct BBSServerConfiguration: Sendable {
   /// The board's own Ed25519 key, which it proves to every client that authenticates (see
   /// docs/authentication.md); nil: a board without a key, as deployed boards are.
   public var boardKey: PrivateKey?
+  /// Whether TCP clients may, or must, use the secure channel (docs/authentication.md §7).
+  public var secure: SecurePolicy = .offered
   /// What a client's key must have signed: ``ChallengeResponse/Form/bound`` (the default),
   /// or the raw challenge, as a deployed board probably verifies it (compatibility only).
   public var authSign: ChallengeResponse.Form = .bound
@@ -161,4 +163,16 @@ public struct BBSServerConfiguration: Sendable {
       maxTags = nil
     }
   }
+}
+
+/// Whether the board speaks the secure channel (the SecureChannel module) to its clients.
+public enum SecurePolicy: String, Sendable, CaseIterable {
+  /// Never: a Tversion asking for it gets the plain answer (as a deployed board).
+  case off
+  /// To any stream client that asks; on TCP, Tauth is then refused on a plain connection,
+  /// so a signature is only ever bound to a channel (guests may still attach plain).
+  case offered
+  /// TCP clients must use it: every other first request is refused. Unix-socket clients are
+  /// local, and may still come plain.
+  case required
 }

@@ -30,6 +30,13 @@ extension ConnectionHandler {
         "session \(id): Tauth refused: invalid identity '\(LogText.escaped(uname))'")
       throw NinePFailure("invalid identity")
     }
+    let channel = channel()
+    if signaturesNeedChannel && channel == nil {
+      logger.notice(
+        "session \(id): Tauth refused: '\(uname)' asked on a plain TCP connection; this board takes signatures only over its secure channel"
+      )
+      throw NinePFailure(Self.plainAuthRefusal)
+    }
     do {
       try checkNewFid(afid, state)
     } catch {
@@ -37,7 +44,8 @@ extension ConnectionHandler {
     }
     return .rauth(
       aqid: try state.auth.begin(
-        afid: afid, claimed: uname, boardKey: configuration.boardKey.flatMap(BoardKey.init(of:))))
+        afid: afid, claimed: uname, boardKey: configuration.boardKey.flatMap(BoardKey.init(of:)),
+        channelBinding: channel?.binding))
   }
 
   func handleAttach(fid: Fid, afid: Fid, uname: String, aname: String, state: inout State)
@@ -101,6 +109,9 @@ extension ConnectionHandler {
 }
 
 extension ConnectionHandler {
+  /// The Rerror of a Tauth on a plain TCP connection to a board that offers the secure channel.
+  static let plainAuthRefusal = "authentication only over the secure channel"
+
   /// What makes `uname` unfit to name a poster, or nil: a control character (C0, DEL, C1), a
   /// bidirectional control, an invisible character (``TerminalText/isUnsafe(_:)``, or any other
   /// default-ignorable code point but the variation selectors emoji use, and a zero width

@@ -73,6 +73,13 @@ final class ConnectionHandler: Sendable {
   let address: String?
   /// Whether the session's first Tattach may go on (nil) or why not.
   let admitAttach: @Sendable (String, Bool) -> String?
+  /// The secure channel the connection runs over, nil while it is plain: what a Tauth
+  /// signature must be bound to.
+  let channel: @Sendable () -> ChannelSecurity?
+  /// Whether Tauth is refused while the connection is plain: a TCP connection to a board
+  /// that offers the secure channel, where a signature made on a plain connection could be
+  /// a relay's (docs/authentication.md §7).
+  let signaturesNeedChannel: Bool
 
   /// Device or gen1: a board's fid, create, remove and wstat rules.
   var device: Bool { configuration.profile.imitatesBoard }
@@ -90,9 +97,13 @@ final class ConnectionHandler: Sendable {
     id: Int, namespace: Namespace, configuration: BBSServerConfiguration, logger: Logger,
     wakeQueue: DispatchQueue, limiter: PostingLimiter, address: String?,
     admitAttach: @escaping @Sendable (String, Bool) -> String? = { _, _ in nil },
+    channel: @escaping @Sendable () -> ChannelSecurity? = { nil },
+    signaturesNeedChannel: Bool = false,
     send: @escaping @Sendable ([[UInt8]]) -> Void
   ) {
     self.id = id
+    self.channel = channel
+    self.signaturesNeedChannel = signaturesNeedChannel
     self.admitAttach = admitAttach
     self.limiter = limiter
     self.address = address

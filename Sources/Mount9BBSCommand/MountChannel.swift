@@ -1,0 +1,72 @@
+import BBSIdentity
+import Logging
+import NinePClient
+import NinePTransport
+import SecureChannel
+
+/// Sets up the secure channel (docs/authentication.md §7) on each connection a mount dials to a
+/// TCP board, before anything is signed: asks for it, checks the key the board proves in the
+/// handshake against the pins, and hands the sessions the channel. A board that does not offer
+/// it is used plain, unless `secure=required`.
+struct ChannelOpener: Sendable {
+  let mode: ParsedOptions.SecureMode
+  let pins: BoardPins
+  /// The addresses the user named for the board (see ``BoardAnswerer``).
+  let board: [String]
+  let logger: Logger
+
+  func open(_ transport: any MessageTransport, within timeout: Duration) throws(NinePError)
+    -> any MessageTransport
+  {
+    let address = transport.address.description
+    switch transport.address {
+    case .tcp: break
+    case .unix: return transport
+    default:
+      guard mode == .required else { return transport }
+      transport.close()
+      throw .authentication(
+        .boardRefused(
+          "secure=required, but the secure channel runs over TCP only and \(address) is not TCP (Bluetooth boards are plain: docs/authentication.md)"
+        ))
+    }
+    let offer: SecureChannel.Offer
+    do {
+      offer = try SecureChannel.ask(over: transport, timeout: timeout)
+    } catch {
+      transport.close()
+      throw .transport(.secureChannel(reason: "\(error) (with \(address))"))
+    }
+    switch offer {
+    case .plain(let said):
+      guard mode == .required else {
+        logger.info(
+          "\(address) does not offer the secure channel (it answered '\(said)'): plain 9P")
+        return transport
+      }
+      transport.close()
+      throw .authentication(
+        .boardRefused(
+          "the board at \(address) does not offer the secure channel (it answered '\(said)'), and secure=required; a relay may be stripping it"
+        ))
+    case .secure(let channel, let payload, let signedHash):
+      do {
+        let boardKey = try ChannelProof.verify(payload, handshakeHash: signedHash)
+        _ = try pins.check(boardKey, at: address, sameBoard: board)
+        logger.info(
+          "secure channel to \(address) (\(NoiseHandshake.protocolName)), board key \(boardKey?.fingerprint ?? "none")"
+        )
+      } catch let rejection as ChallengeResponse.Rejection {
+        channel.close()
+        throw .authentication(
+          .boardRefused(
+            "the board at \(address) did not prove its key in the secure channel's handshake (\(rejection)); refusing it"
+          ))
+      } catch {
+        channel.close()
+        throw .authentication(.boardRefused("\(error)"))
+      }
+      return channel
+    }
+  }
+}

@@ -1,0 +1,71 @@
+import Crypto
+import Foundation
+
+/// Noise's CipherState (the Noise Protocol Framework, revision 34, §5.1) for ChaChaPoly: a key
+/// and a 64-bit nonce counted up by every message, encoded as 32 zero bits then the counter
+/// little-endian. Each direction of a channel has one, so each message has its own nonce and a
+/// reordered, replayed or dropped record fails the next decryption.
+public struct NoiseCipherState: Sendable {
+  /// Bytes of ChaChaPoly's authentication tag at the end of each ciphertext.
+  public static let tagSize = 16
+
+  /// The key's bytes (swift-crypto's SymmetricKey is not Sendable here; making one per record
+  /// costs nothing next to the cipher).
+  private var keyBytes: [UInt8]?
+  private var nonce: UInt64 = 0
+
+  init(key: [UInt8]? = nil) { keyBytes = key }
+
+  private var key: SymmetricKey? { keyBytes.map { SymmetricKey(data: $0) } }
+
+  /// Whether a key was mixed in (before that, "encryption" is the identity, as the spec says).
+  var hasKey: Bool { keyBytes != nil }
+
+  /// Encrypts `plaintext` with `associatedData`; without a key returns it as it is.
+  public mutating func encrypt(_ plaintext: some DataProtocol, associatedData: [UInt8] = [])
+    throws(SecureChannelError) -> [UInt8]
+  {
+    guard let key else { return Array(plaintext) }
+    guard nonce < .max else { throw .exhausted }
+    do {
+      let box = try ChaChaPoly.seal(
+        plaintext, using: key, nonce: try Self.chachaNonce(nonce), authenticating: associatedData)
+      nonce += 1
+      var sealed = [UInt8]()
+      sealed.reserveCapacity(box.ciphertext.count + Self.tagSize)
+      sealed.append(contentsOf: box.ciphertext)
+      sealed.append(contentsOf: box.tag)
+      return sealed
+    } catch {
+      throw .crypto("ChaChaPoly encryption failed: \(error)")
+    }
+  }
+
+  /// Decrypts and authenticates `ciphertext` (tag at the end); without a key returns it as it
+  /// is. A failed check leaves the nonce unchanged, and the channel must end.
+  public mutating func decrypt(_ ciphertext: ArraySlice<UInt8>, associatedData: [UInt8] = [])
+    throws(SecureChannelError) -> [UInt8]
+  {
+    guard let key else { return Array(ciphertext) }
+    guard nonce < .max else { throw .exhausted }
+    guard ciphertext.count >= Self.tagSize else { throw .badRecord }
+    let body = ciphertext.prefix(ciphertext.count - Self.tagSize)
+    let tag = ciphertext.suffix(Self.tagSize)
+    let opened: Data
+    do {
+      let box = try ChaChaPoly.SealedBox(
+        nonce: try Self.chachaNonce(nonce), ciphertext: body, tag: tag)
+      opened = try ChaChaPoly.open(box, using: key, authenticating: associatedData)
+    } catch {
+      throw .badRecord
+    }
+    nonce += 1
+    return Array(opened)
+  }
+
+  private static func chachaNonce(_ counter: UInt64) throws -> ChaChaPoly.Nonce {
+    var bytes = [UInt8](repeating: 0, count: 12)
+    for index in 0..<8 { bytes[4 + index] = UInt8(truncatingIfNeeded: counter >> (8 * index)) }
+    return try ChaChaPoly.Nonce(data: bytes)
+  }
+}
