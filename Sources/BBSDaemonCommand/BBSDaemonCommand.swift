@@ -236,7 +236,7 @@ struct BBSDaemonCommand: ParsableCommand {
   @Option(
     help: ArgumentHelp(
       """
-      The secure channel (Noise_XX_25519_ChaChaPoly_SHA256, docs/authentication.md §7) for \
+      The secure channel (Noise_XX_25519_ChaChaPoly_SHA256, docs/authentication.md §6) for \
       stream clients that ask for it. offered (default): a TCP client may use it, and Tauth \
       is refused on a plain TCP connection, so no signature is ever made on one; required: \
       TCP clients must use it; off: never (as a deployed board; the default with --auth-sign \

@@ -1,7 +1,7 @@
 import Crypto
 
 /// What a board sends in the second message of the secure channel's handshake (the
-/// SecureChannel module, docs/authentication.md §7): nothing, for a board without a key, or
+/// SecureChannel module, docs/authentication.md §6): nothing, for a board without a key, or
 /// its Ed25519 key ‖ the key's signature over the handshake so far. So the board proves its
 /// key before the client has sent anything but a fresh ephemeral key, and the proof is good
 /// for this one handshake only: a relay that passes it on holds a different handshake.

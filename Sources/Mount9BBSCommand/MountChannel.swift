@@ -4,7 +4,7 @@ import NinePClient
 import NinePTransport
 import SecureChannel
 
-/// Sets up the secure channel (docs/authentication.md §7) on each connection a mount dials to a
+/// Sets up the secure channel (docs/authentication.md §6) on each connection a mount dials to a
 /// TCP board, before anything is signed: asks for it, checks the key the board proves in the
 /// handshake against the pins, and hands the sessions the channel. A board that does not offer
 /// it is used plain, unless `secure=required`.

@@ -70,7 +70,7 @@ struct ParsedOptions {
   var awareness = AwarenessOptions()
 
   /// When to authenticate (see MountIdentity.swift).
-  /// Whether to use the secure channel (docs/authentication.md §7).
+  /// Whether to use the secure channel (docs/authentication.md §6).
   enum SecureMode: String {
     /// Ask every TCP board for it, and use it where offered.
     case auto

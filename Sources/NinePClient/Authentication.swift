@@ -130,7 +130,7 @@ public enum AuthenticationError: Error, Sendable, Equatable, CustomStringConvert
   /// `too many concurrent authentications` (4 at once on a board).
   case busy
   /// `authentication only over the secure channel`: the board takes no signature on a plain
-  /// TCP connection (docs/authentication.md §7).
+  /// TCP connection (docs/authentication.md §6).
   case needsSecureChannel
   /// The server's challenge was empty.
   case noChallenge

@@ -62,7 +62,7 @@ extension MessageTransport {
   public var security: ChannelSecurity? { nil }
 }
 
-/// What a secure channel (the SecureChannel module, docs/authentication.md §7) tells the layers
+/// What a secure channel (the SecureChannel module, docs/authentication.md §6) tells the layers
 /// above it: what a Tauth signature is bound to, and which board key the far end proved.
 public struct ChannelSecurity: Sendable, Equatable {
   /// The Noise handshake hash: 32 bytes, the same at both ends of this channel and at no

@@ -80,7 +80,7 @@ public struct BBSServerConfiguration: Sendable {
   /// The board's own Ed25519 key, which it proves to every client that authenticates (see
   /// docs/authentication.md); nil: a board without a key, as deployed boards are.
   public var boardKey: PrivateKey?
-  /// Whether TCP clients may, or must, use the secure channel (docs/authentication.md §7).
+  /// Whether TCP clients may, or must, use the secure channel (docs/authentication.md §6).
   public var secure: SecurePolicy = .offered
   /// What a client's key must have signed: ``ChallengeResponse/Form/bound`` (the default),
   /// or the raw challenge, as a deployed board probably verifies it (compatibility only).

@@ -78,7 +78,7 @@ final class ConnectionHandler: Sendable {
   let channel: @Sendable () -> ChannelSecurity?
   /// Whether Tauth is refused while the connection is plain: a TCP connection to a board
   /// that offers the secure channel, where a signature made on a plain connection could be
-  /// a relay's (docs/authentication.md §7).
+  /// a relay's (docs/authentication.md §6).
   let signaturesNeedChannel: Bool
 
   /// Device or gen1: a board's fid, create, remove and wstat rules.
