@@ -154,7 +154,9 @@ let package = Package(
       ]),
     .testTarget(
       name: "BBSServerTests",
-      dependencies: ["BBSServer", "BBSIdentity", "NinePProtocol", "NinePTransport", "TestSupport"]),
+      dependencies: [
+        "BBSServer", "BBSIdentity", "NinePProtocol", "NinePTransport", "SecureChannel", "TestSupport",
+      ]),
     .testTarget(name: "BBSIdentityTests", dependencies: ["BBSIdentity", "TestSupport"]),
     .testTarget(
       name: "SecureChannelTests",

@@ -57,6 +57,8 @@ public struct BoardPins: Sendable {
     case unreadableLine(address: String, line: Int, reason: String, file: String)
     /// The file or its directory may be written by others: a pin there proves nothing.
     case unsafeFile(path: String, reason: String)
+    /// The board proved its key over the secure channel before, and now answers without it.
+    case channelStripped(address: String, serverSaid: String, file: String)
 
     public var description: String {
       switch self {
@@ -82,6 +84,11 @@ public struct BoardPins: Sendable {
       case .unsafeFile(let path, let reason):
         "\(path) \(reason), so the board keys pinned in it prove nothing. Refusing. "
           + "Make it yours alone: chmod go-w \(TerminalText.shellQuoted(path))"
+      case .channelStripped(let address, let said, let file):
+        "the board at \(address) proved its key over the secure channel before (\(file)), and "
+          + "now answers without it ('\(TerminalText.escaped(said))'): something on the way may "
+          + "be stripping it to take your signature. Refusing. If that board really no longer "
+          + "offers the channel, delete the line for \(address) from \(file) and mount again"
       }
     }
 
@@ -102,6 +109,8 @@ public struct BoardPins: Sendable {
   public struct Contents: Sendable {
     public var entries: [(address: String, key: BoardKey)] = []
     public var unreadable: [UnreadableLine] = []
+    /// Addresses whose pin says the board proved its key over the secure channel.
+    public var secure: Set<String> = []
 
     /// The first unreadable line that may be the pin of `address`.
     func unreadable(for address: String) -> UnreadableLine? {
@@ -139,6 +148,9 @@ public struct BoardPins: Sendable {
         continue
       }
       contents.entries.append((address, key))
+      if text.split(separator: " ").dropFirst(2).first == Substring(Self.secureMark) {
+        contents.secure.insert(address)
+      }
     }
     return contents
   }
@@ -262,8 +274,12 @@ public struct BoardPins: Sendable {
   /// Pins `key` for `address` unless the address has a pin already (another session of the
   /// mount may have pinned it first); returns whether it did. The file and its directory are
   /// made private.
+  /// With `secure`, the line says the board proved it over the secure channel: a later mount
+  /// refuses that address if it answers without the channel.
   @discardableResult
-  public func pin(_ key: BoardKey, at address: String) throws(IdentityError) -> Bool {
+  public func pin(_ key: BoardKey, at address: String, secure: Bool = false) throws(IdentityError)
+    -> Bool
+  {
     try makePrivateDirectory(containing: path)
     let descriptor = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0o600)
     guard descriptor >= 0 else {
@@ -275,12 +291,24 @@ public struct BoardPins: Sendable {
       throw .writeFailed(path: path, reason: String(cString: strerror(errno)))
     }
     guard !entries().contains(where: { $0.address == address }) else { return false }
-    let bytes = Array((Self.line(address: address, key: key) + "\n").utf8)
+    let line = Self.line(address: address, key: key) + (secure ? " " + Self.secureMark : "")
+    let bytes = Array((line + "\n").utf8)
     let written = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
     guard written == bytes.count else {
       throw .writeFailed(path: path, reason: String(cString: strerror(errno)))
     }
     return true
+  }
+
+  /// The word after a pin's key that says the board proved it over the secure channel
+  /// (older versions, which read two fields, ignore it).
+  public static let secureMark = "secure"
+
+  /// Why a board at a pinned address that answers without the secure channel is refused,
+  /// or nil: its pin says it proved its key over the channel before.
+  public func strippedChannel(at address: String, serverSaid: String) -> Refusal? {
+    guard contents().secure.contains(address) else { return nil }
+    return .channelStripped(address: address, serverSaid: serverSaid, file: path)
   }
 
   /// One line of the file.

@@ -34,7 +34,8 @@ extension BBSFileSystem {
         parkedReads: stats.parkedReads, roundTripMilliseconds: stats.roundTrip.timeInterval * 1000,
         messagesIn: stats.messagesReceived, messagesOut: stats.messagesSent,
         bytesIn: stats.bytesReceived, bytesOut: stats.bytesSent,
-        authenticated: session.authenticatedIdentity != nil)
+        authenticated: session.authenticatedIdentity != nil,
+        secure: session.transport.security != nil)
     }
     let now = Date()
     let rooms = feeds.status.map {

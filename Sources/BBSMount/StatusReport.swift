@@ -32,6 +32,8 @@ public struct StatusReport: Codable, Sendable {
     public var bytesOut: UInt64
     /// Whether the server verified the identity for this session (Tauth).
     public var authenticated: Bool?
+    /// Whether the session runs over the secure channel; nil from an older daemon.
+    public var secure: Bool?
   }
 
   public struct Room: Codable, Sendable {

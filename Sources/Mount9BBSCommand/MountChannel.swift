@@ -33,12 +33,23 @@ struct ChannelOpener: Sendable {
     let offer: SecureChannel.Offer
     do {
       offer = try SecureChannel.ask(over: transport, timeout: timeout)
+    } catch .peerLeft {
+      transport.close()
+      throw .transport(
+        .secureChannel(
+          reason:
+            "\(address) hung up when asked for it; a 9P server that hangs up on a version it does not know needs -o secure=off"
+        ))
     } catch {
       transport.close()
       throw .transport(.secureChannel(reason: "\(error) (with \(address))"))
     }
     switch offer {
     case .plain(let said):
+      if let stripped = pins.strippedChannel(at: address, serverSaid: said) {
+        transport.close()
+        throw .authentication(.boardRefused("\(stripped)"))
+      }
       guard mode == .required else {
         logger.info(
           "\(address) does not offer the secure channel (it answered '\(said)'): plain 9P")

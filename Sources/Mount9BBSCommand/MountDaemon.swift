@@ -148,10 +148,11 @@ struct MountDaemon {
       configuration.authentication = try options.authentication(
         board: candidates.map(\.description), logger: logger)
       if options.secure != .off {
-        configuration.openChannel = ChannelOpener(
-          mode: options.secure, pins: BoardPins(path: BoardPins.defaultPath()),
-          board: candidates.map(\.description), logger: logger
-        ).open
+        configuration.openChannel =
+          ChannelOpener(
+            mode: options.secure, pins: BoardPins(path: BoardPins.defaultPath()),
+            board: candidates.map(\.description), logger: logger
+          ).open
       }
     }
     return configuration

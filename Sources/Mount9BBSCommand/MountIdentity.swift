@@ -74,6 +74,7 @@ struct BoardAnswerer: Sendable {
       }
     }
     let bound = challenge
+    let channel = offered.channel != nil
     let response = try ChallengeResponse.respond(to: bound, with: signer, form: form)
     guard let boardKey = challenge.boardKey else {
       return Authentication.Answer(response: response)
@@ -91,7 +92,7 @@ struct BoardAnswerer: Sendable {
       // Sessions of a pool pin at once: one writes the line, and says so. The board proved
       // its key, so a pin file that cannot be written is warned about, as ssh does.
       do {
-        guard try pins.pin(boardKey, at: address) else { return }
+        guard try pins.pin(boardKey, at: address, secure: channel) else { return }
         logger.notice(
           "new board key for \(address): \(boardKey.fingerprint), pinned in \(pins.path)")
       } catch {

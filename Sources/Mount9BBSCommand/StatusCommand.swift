@@ -129,6 +129,9 @@ struct StatusCommand: ParsableCommand {
       if report.identity != nil, let authenticated = session.authenticated {
         text += authenticated ? ", authenticated" : ", not authenticated"
       }
+      if let secure = session.secure, report.address.hasPrefix("tcp") {
+        text += secure ? ", secure channel" : ", plain (no secure channel)"
+      }
       text += "\n"
     }
     for room in report.rooms {

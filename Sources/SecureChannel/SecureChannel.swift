@@ -176,8 +176,10 @@ extension MessageTransport {
     let record: [UInt8]?
     do {
       record = try receive(limit: SecureTransport.maxRecordSize)
-    } catch {
+    } catch .closed {
       throw .peerLeft
+    } catch {
+      throw .badHandshake("\(error)")
     }
     guard let record else { throw .peerLeft }
     return Array(record[4...])

@@ -79,7 +79,10 @@ final class LANDiscoveryTests: XCTestCase {
     XCTAssertTrue(["_9p._tcp", "_9pfs._tcp"].contains(board["type"] as? String ?? ""))
     XCTAssertEqual(
       board["txt"] as? [String: String],
-      ["version": "9P2000", "features": "chat,messaging", "board": "The Test Board"])
+      [
+        "version": "9P2000", "features": "chat,messaging", "board": "The Test Board",
+        "secure": "noise1",
+      ])
     XCTAssertEqual(board["dial"] as? [String], ["tcp!127.0.0.1!5640"])
     XCTAssertEqual(board["mount"] as? String, "mdns:Test BBS")
     XCTAssertTrue(

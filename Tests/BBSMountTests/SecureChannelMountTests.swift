@@ -119,4 +119,30 @@ final class SecureChannelMountTests: XCTestCase {
     XCTAssertTrue(result.output.contains("but the key pinned for it is"), result.output)
     XCTAssertFalse(board.log.contains("Tauth"), board.log)
   }
+
+  /// A board pinned over the secure channel that later answers without it (a relay stripping
+  /// it, on the same address) is refused before anything is signed.
+  func testAPinnedBoardThatNoLongerOffersTheChannelIsRefused() throws {
+    let environment = try member()
+    let listen = "tcp!127.0.0.1!\(try ServerProcess.freePort())"
+    let key = directory + "/board-key"
+    var board = try ServerProcess(
+      extra: ["--auth", "required", "--board-key", key], listen: listen)
+    let mount = try MountProcess(address: listen, mountpoint: mountpoint, environment: environment)
+    mount.stop()
+    board.stop()
+    XCTAssertTrue(waitUntil(timeout: 5) { !isMounted(self.mountpoint) })
+    let pins = try String(
+      contentsOfFile: BoardPins.defaultPath(environment: environment), encoding: .utf8)
+    XCTAssertTrue(pins.hasSuffix(" secure\n"), pins)
+    // The same board, key and address, without the channel: it would take a plain signature.
+    board = try ServerProcess(
+      extra: ["--auth", "required", "--board-key", key, "--secure", "off"], listen: listen)
+    defer { board.stop() }
+    let result = try runBuilt(
+      "mount9bbs", ["-f", listen, mountpoint], environment: environment)
+    XCTAssertNotEqual(result.status, 0, result.output)
+    XCTAssertTrue(result.output.contains("now answers without it"), result.output)
+    XCTAssertFalse(board.log.contains("authenticated"), board.log)
+  }
 }

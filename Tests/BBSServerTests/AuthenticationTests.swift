@@ -20,6 +20,8 @@ final class AuthenticationTests: ServerTestCase {
     var configuration = BBSServerConfiguration(
       listen: ["tcp!127.0.0.1!0"], profile: profile, rooms: ["lobby", "tech"])
     configuration.auth = auth
+    // Tauth as a plain board does it; on the secure channel: SecureChannelServerTests.
+    configuration.secure = .off
     configure(&configuration)
     let server = try BBSServer(configuration: configuration)
     try start(server)

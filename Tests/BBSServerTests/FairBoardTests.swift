@@ -12,6 +12,9 @@ import XCTest
 final class FairBoardTests: ServerTestCase {
   private func startServer(_ configure: (inout BBSServerConfiguration) -> Void = { _ in }) throws {
     var configuration = BBSServerConfiguration(listen: ["tcp!127.0.0.1!0"], rooms: ["lobby"])
+    // The limits are the same on the secure channel; these clients speak plain 9P, and members
+    // must be able to authenticate on it.
+    configuration.secure = .off
     configure(&configuration)
     try start(try BBSServer(configuration: configuration))
   }

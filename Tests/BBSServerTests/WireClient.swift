@@ -22,6 +22,12 @@ final class WireClient: @unchecked Sendable {
     startReader()
   }
 
+  /// A client over `transport`, already set up (the secure channel, say).
+  init(transport: any MessageTransport) {
+    self.transport = transport
+    startReader()
+  }
+
   /// A client of `127.0.0.1:port` from `source`, another address of 127/8 (the server sees
   /// another client address).
   init(port: Int, source: String) throws {

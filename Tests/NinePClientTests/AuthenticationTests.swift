@@ -154,6 +154,7 @@ final class ClientAuthenticationTests: XCTestCase {
     var serverConfiguration = BBSServerConfiguration(listen: ["tcp!127.0.0.1!0"])
     serverConfiguration.auth = .required
     serverConfiguration.challengeLifetime = .milliseconds(100)
+    serverConfiguration.secure = .off  // a plain TCP client
     let server = try BBSServer(configuration: serverConfiguration)
     let address = try XCTUnwrap(server.start().first)
     defer { server.stop() }

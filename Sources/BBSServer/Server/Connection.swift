@@ -31,6 +31,9 @@ final class Connection: Sendable {
   /// Whether the secure policy applies: a TCP client (Unix-socket ones are local).
   private let overTCP: Bool
   private let raw: SocketTransport?
+  /// The socket under it all: what the watchdog reads the byte counts from (on the secure
+  /// channel, a half-sent record is a half-sent request).
+  private let socket: SocketTransport?
   private let server: BBSServer
   private let handler: ConnectionHandler
   private let logger: Logger
@@ -41,6 +44,7 @@ final class Connection: Sendable {
   init(id: Int, transport plain: any MessageTransport, server: BBSServer) {
     self.id = id
     let socket = plain as? SocketTransport
+    self.socket = socket
     let configuration = server.configuration
     if configuration.secure != .off, configuration.profile != .gen1, let socket, !socket.isPacket {
       upgradable = UpgradableTransport(socket)
@@ -326,9 +330,8 @@ final class Connection: Sendable {
     if raw != nil {
       if case .waitData = receive.withLock({ $0 }) { inside = true } else { inside = false }
     } else {
-      inside = (transport as? SocketTransport)?.isInsideMessage ?? false
+      inside = socket?.isInsideMessage ?? false
     }
-    let socket = transport as? SocketTransport
     let seen = activity.observe(
       insideMessage: inside, transferred: socket?.transferredBytes ?? (0, 0), at: now)
     if let since = seen.sendingSince, since.duration(to: now) > configuration.stallTimeout {

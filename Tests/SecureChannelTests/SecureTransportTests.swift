@@ -1,0 +1,134 @@
+import Foundation
+import Glibc
+import NinePProtocol
+import NinePTransport
+import XCTest
+
+@testable import SecureChannel
+
+/// 9P messages through the channel over a real socket pair: asked for, set up, carried whole
+/// whatever their size, and a record altered on the way ends the connection.
+final class SecureTransportTests: XCTestCase {
+  /// Both ends of a socket pair, the client's raw descriptor kept for tampering.
+  private func socketPair() throws -> (client: SocketTransport, board: SocketTransport, fd: Int32) {
+    var fds: [Int32] = [0, 0]
+    XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds), 0)
+    let client = try SocketTransport.connect(to: .fd(read: fds[0], write: fds[0]))
+    let board = try SocketTransport.connect(to: .fd(read: fds[1], write: fds[1]))
+    addTeardownBlock {
+      client.close()
+      board.close()
+    }
+    return (client, board, fds[0])
+  }
+
+  /// The channel set up between the two ends: the board's side on a thread of its own.
+  private func channel(payload: [UInt8] = []) throws -> (
+    client: SecureTransport, board: SecureTransport, fd: Int32, signedHash: [UInt8]
+  ) {
+    let (client, board, fd) = try socketPair()
+    let boardSide = Result<SecureTransport, SecureChannelError>.Box()
+    let thread = Thread {
+      boardSide.set {
+        guard let request = try? board.receive(limit: 8192),
+          let tag = SecureChannel.request(in: request)
+        else { throw SecureChannelError.notNineP("no request") }
+        return try SecureChannel.accept(
+          over: board, tag: tag, timeout: .seconds(5), boardKey: nil, proof: { _ in payload })
+      }
+    }
+    thread.start()
+    guard
+      case .secure(let secure, let received, let hash) = try SecureChannel.ask(
+        over: client, timeout: .seconds(5))
+    else { throw SecureChannelError.notNineP("plain") }
+    XCTAssertEqual(received, payload)
+    let boardTransport = try boardSide.get()
+    XCTAssertEqual(secure.security?.binding, boardTransport.security?.binding)
+    return (secure, boardTransport, fd, hash)
+  }
+
+  func testMessagesOfEverySizeArriveWhole() throws {
+    let (client, board, _, _) = try channel(payload: Array("proof".utf8))
+    for size in [
+      24, 100, SecureTransport.maxRecordPlaintext, SecureTransport.maxRecordPlaintext + 1, 1 << 20,
+    ] {
+      let message = Message.twrite(
+        fid: 1, offset: 0, data: [UInt8](repeating: UInt8(size % 251), count: size - 23)[...]
+      ).encoded(tag: 1)
+      let sender = Thread { try? client.send(message) }
+      sender.start()
+      XCTAssertEqual(try board.receive(limit: 2 << 20), message, "a \(size)-byte message")
+    }
+    try board.send(Message.rflush.encoded(tag: 9))
+    XCTAssertEqual(try client.receive(limit: 8192), Message.rflush.encoded(tag: 9))
+  }
+
+  func testAnAlteredRecordEndsTheConnection() throws {
+    let (_, board, fd, _) = try channel()
+    // A record of the right size with a ciphertext the board's key did not make.
+    let forged = SecureTransport.record([UInt8](repeating: 0x41, count: 40))
+    XCTAssertEqual(forged.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }, forged.count)
+    XCTAssertThrowsError(try board.receive(limit: 8192)) {
+      guard case .secureChannel = $0 as? TransportError else { return XCTFail("\($0)") }
+    }
+  }
+
+  /// A server that hangs up when asked, or answers with something that is not 9P, is reported,
+  /// not waited for.
+  func testAServerThatHangsUpOrAnswersNonsenseIsReported() throws {
+    let (client, board, _) = try socketPair()
+    let thread = Thread {
+      _ = try? board.receive(limit: 8192)
+      try? board.sendRaw([0xFF, 0xFF, 0xFF, 0x7F, 1, 2, 3, 4])
+    }
+    thread.start()
+    XCTAssertThrowsError(try SecureChannel.ask(over: client, timeout: .seconds(5))) {
+      guard case .notNineP = $0 as? SecureChannelError else { return XCTFail("\($0)") }
+    }
+  }
+
+  func testASilentServerTimesOut() throws {
+    let (client, _, _) = try socketPair()
+    let start = Date()
+    XCTAssertThrowsError(try SecureChannel.ask(over: client, timeout: .milliseconds(300))) {
+      XCTAssertEqual($0 as? SecureChannelError, .timedOut)
+    }
+    XCTAssertLessThan(Date().timeIntervalSince(start), 5)
+  }
+}
+
+extension Result where Failure == SecureChannelError {
+  /// A result set by one thread and awaited by another.
+  final class Box: @unchecked Sendable {
+    // @unchecked: `value` is read and written only with `condition` locked.
+    private let condition = NSCondition()
+    private var value: Result?
+
+    func set(_ body: () throws -> Success) {
+      let result: Result
+      do {
+        result = .success(try body())
+      } catch let error as SecureChannelError {
+        result = .failure(error)
+      } catch {
+        result = .failure(.notNineP("\(error)"))
+      }
+      condition.lock()
+      value = result
+      condition.broadcast()
+      condition.unlock()
+    }
+
+    func get() throws -> Success {
+      condition.lock()
+      defer { condition.unlock() }
+      while value == nil {
+        guard condition.wait(until: Date(timeIntervalSinceNow: 10)) else {
+          throw SecureChannelError.timedOut
+        }
+      }
+      return try value!.get()
+    }
+  }
+}
