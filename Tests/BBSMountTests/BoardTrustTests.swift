@@ -186,21 +186,30 @@ final class BoardTrustTests: XCTestCase {
     }
   }
 
-  func testARelayWithItsOwnKeyCannotLogInAtTheRealBoard() throws {
+  /// A victim who has never mounted the real board mounts a relay of it: whether the relay
+  /// then logged in at the real board as the victim ("attached"), else why not. The relay
+  /// presents `ownKey` (nil: the real board's) and logs in over the secure channel when
+  /// `secure`; the victim's mount fails either way (the relay's own board refuses the attach).
+  private func relayedLogin(ownKey: PrivateKey?, secure: Bool) throws -> (
+    outcome: String, responses: Int, realLog: String, victim: String
+  ) {
     let real = try startServerProcess(extra: ["--auth", "required"])
     let victim = try user("victim")
-    let relay = try Relay(real: real.address, ownKey: PrivateKey.generate(.ed25519), secure: true)
+    let relay = try Relay(real: real.address, ownKey: ownKey, secure: secure)
     defer { relay.board.stop() }
-    // The relay's own board refuses the attach, so the mount fails; what matters is where the
-    // victim's signature got the relay at the real board.
     _ = try runBuilt(
       "mount9bbs", ["-f", "-o", "auth=required", relay.board.address, mountpoint],
       environment: victim.environment)
-    XCTAssertEqual(relay.board.responses.count, 1, "the victim answered the relayed challenge")
     let outcome = try XCTUnwrap(relay.outcome.take(), "the relay's login never finished")
-    XCTAssertNotEqual(outcome, "attached", "the relay logged in at the real board as the victim")
-    XCTAssertTrue(outcome.contains("authentication failed"), outcome)
-    XCTAssertFalse(real.log.contains("authenticated \(victim.key.identity.hex)"), real.log)
+    return (outcome, relay.board.responses.count, real.log, victim.key.identity.hex)
+  }
+
+  func testARelayWithItsOwnKeyCannotLogInAtTheRealBoard() throws {
+    let login = try relayedLogin(ownKey: PrivateKey.generate(.ed25519), secure: true)
+    XCTAssertEqual(login.responses, 1, "the victim answered the relayed challenge")
+    XCTAssertNotEqual(login.outcome, "attached", "the relay logged in as the victim")
+    XCTAssertTrue(login.outcome.contains("authentication failed"), login.outcome)
+    XCTAssertFalse(login.realLog.contains("authenticated \(login.victim)"), login.realLog)
   }
 
   /// The first-contact relay of issue 35: the victim has never mounted the real board, the
@@ -208,34 +217,20 @@ final class BoardTrustTests: XCTestCase {
   /// secure channel, as any client can. The victim's signature names the victim's own channel
   /// (here a plain one: the relay offers none), so the real board refuses it.
   func testAFirstContactRelayCannotLogInAtTheRealBoardWithDefaultOptions() throws {
-    let real = try startServerProcess(extra: ["--auth", "required"])
-    let victim = try user("victim")
-    let relay = try Relay(real: real.address, ownKey: nil, secure: true)
-    defer { relay.board.stop() }
-    _ = try runBuilt(
-      "mount9bbs", ["-f", "-o", "auth=required", relay.board.address, mountpoint],
-      environment: victim.environment)
-    XCTAssertEqual(relay.board.responses.count, 1, "the victim answered the relayed challenge")
-    let outcome = try XCTUnwrap(relay.outcome.take(), "the relay's login never finished")
-    XCTAssertNotEqual(outcome, "attached", "the relay logged in at the real board as the victim")
-    XCTAssertTrue(outcome.contains("authentication failed"), outcome)
-    XCTAssertFalse(real.log.contains("authenticated \(victim.key.identity.hex)"), real.log)
-    XCTAssertTrue(real.log.contains("secure channel up"), real.log)
+    let login = try relayedLogin(ownKey: nil, secure: true)
+    XCTAssertEqual(login.responses, 1, "the victim answered the relayed challenge")
+    XCTAssertNotEqual(login.outcome, "attached", "the relay logged in as the victim")
+    XCTAssertTrue(login.outcome.contains("authentication failed"), login.outcome)
+    XCTAssertFalse(login.realLog.contains("authenticated \(login.victim)"), login.realLog)
+    XCTAssertTrue(login.realLog.contains("secure channel up"), login.realLog)
   }
 
   /// The same relay logging in plain gets no challenge at all: a board that offers the secure
   /// channel takes no signature on a plain TCP connection.
   func testABoardOfferingTheChannelTakesNoSignatureOnPlainTCP() throws {
-    let real = try startServerProcess(extra: ["--auth", "required"])
-    let victim = try user("victim")
-    let relay = try Relay(real: real.address, ownKey: nil)
-    defer { relay.board.stop() }
-    _ = try runBuilt(
-      "mount9bbs", ["-f", "-o", "auth=required", relay.board.address, mountpoint],
-      environment: victim.environment)
-    let outcome = try XCTUnwrap(relay.outcome.take(), "the relay's login never finished")
-    XCTAssertTrue(outcome.contains("only over the secure channel"), outcome)
-    XCTAssertEqual(relay.board.responses, [], "the victim signed with nothing to sign")
+    let login = try relayedLogin(ownKey: nil, secure: false)
+    XCTAssertTrue(login.outcome.contains("only over the secure channel"), login.outcome)
+    XCTAssertEqual(login.responses, 0, "the victim signed with nothing to sign")
   }
 
   func testARelayPresentingTheRealBoardsKeyIsRefusedByThePin() throws {
