@@ -25,20 +25,33 @@ public struct NoiseCipherState: Sendable {
   public mutating func encrypt(_ plaintext: some DataProtocol, associatedData: [UInt8] = [])
     throws(SecureChannelError) -> [UInt8]
   {
-    guard let key else { return Array(plaintext) }
+    var sealed: [UInt8] = []
+    try encrypt(plaintext, associatedData: associatedData, appendingTo: &sealed)
+    return sealed
+  }
+
+  /// Encrypts like ``encrypt(_:associatedData:)``, appending the ciphertext and tag to `out`
+  /// (a record's size prefix, say), so a large record is copied once.
+  public mutating func encrypt(
+    _ plaintext: some DataProtocol, associatedData: [UInt8] = [], appendingTo out: inout [UInt8]
+  ) throws(SecureChannelError) {
+    guard let key else {
+      out.append(contentsOf: plaintext)
+      return
+    }
     guard nonce < .max else { throw .exhausted }
+    let box: ChaChaPoly.SealedBox
     do {
-      let box = try ChaChaPoly.seal(
+      box = try ChaChaPoly.seal(
         plaintext, using: key, nonce: try Self.chachaNonce(nonce), authenticating: associatedData)
-      nonce += 1
-      var sealed = [UInt8]()
-      sealed.reserveCapacity(box.ciphertext.count + Self.tagSize)
-      sealed.append(contentsOf: box.ciphertext)
-      sealed.append(contentsOf: box.tag)
-      return sealed
     } catch {
       throw .crypto("ChaChaPoly encryption failed: \(error)")
     }
+    nonce += 1
+    out.reserveCapacity(out.count + box.ciphertext.count + Self.tagSize)
+    // Through raw buffers: appending a Data element by element is slow.
+    box.ciphertext.withUnsafeBytes { out.append(contentsOf: $0) }
+    box.tag.withUnsafeBytes { out.append(contentsOf: $0) }
   }
 
   /// Decrypts and authenticates `ciphertext` (tag at the end); without a key returns it as it
@@ -60,7 +73,7 @@ public struct NoiseCipherState: Sendable {
       throw .badRecord
     }
     nonce += 1
-    return Array(opened)
+    return opened.withUnsafeBytes { Array($0) }
   }
 
   private static func chachaNonce(_ counter: UInt64) throws -> ChaChaPoly.Nonce {

@@ -99,8 +99,14 @@ public final class SecureTransport: MessageTransport {
     repeat {
       let chunk = rest.prefix(maxRecordPlaintext)
       rest = rest.dropFirst(chunk.count)
+      let size = UInt32(4 + chunk.count + NoiseCipherState.tagSize)
+      var record: [UInt8] = [
+        UInt8(truncatingIfNeeded: size), UInt8(truncatingIfNeeded: size >> 8),
+        UInt8(truncatingIfNeeded: size >> 16), UInt8(truncatingIfNeeded: size >> 24),
+      ]
       do throws(SecureChannelError) {
-        records.append(record(try cipher.encrypt(chunk)))
+        try cipher.encrypt(chunk, appendingTo: &record)
+        records.append(record)
       } catch {
         throw .secureChannel(reason: error.description)
       }
