@@ -58,7 +58,8 @@ public final class SecureTransport: MessageTransport {
     try outbound.withLock { cipher throws(TransportError) in
       var left = false
       for record in try Self.seal(header + payload, with: &cipher) {
-        left = try underlying.sendWithoutWaiting(header: record, payload: [])
+        // A flush owed for any record is owed for the message.
+        if try underlying.sendWithoutWaiting(header: record, payload: []) { left = true }
       }
       return left
     }
