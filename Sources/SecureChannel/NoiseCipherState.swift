@@ -59,7 +59,18 @@ public struct NoiseCipherState: Sendable {
   public mutating func decrypt(_ ciphertext: ArraySlice<UInt8>, associatedData: [UInt8] = [])
     throws(SecureChannelError) -> [UInt8]
   {
-    guard let key else { return Array(ciphertext) }
+    var plaintext: [UInt8] = []
+    try decrypt(ciphertext, associatedData: associatedData) { plaintext = Array($0) }
+    return plaintext
+  }
+
+  /// Decrypts like ``decrypt(_:associatedData:)``, handing the plaintext to `take` where it
+  /// lies (a record's bytes go once into the reader's buffer).
+  public mutating func decrypt(
+    _ ciphertext: ArraySlice<UInt8>, associatedData: [UInt8] = [],
+    into take: (UnsafeRawBufferPointer) -> Void
+  ) throws(SecureChannelError) {
+    guard let key else { return ciphertext.withUnsafeBytes(take) }
     guard nonce < .max else { throw .exhausted }
     guard ciphertext.count >= Self.tagSize else { throw .badRecord }
     let body = ciphertext.prefix(ciphertext.count - Self.tagSize)
@@ -73,7 +84,7 @@ public struct NoiseCipherState: Sendable {
       throw .badRecord
     }
     nonce += 1
-    return opened.withUnsafeBytes { Array($0) }
+    opened.withUnsafeBytes(take)
   }
 
   private static func chachaNonce(_ counter: UInt64) throws -> ChaChaPoly.Nonce {

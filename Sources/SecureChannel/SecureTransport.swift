@@ -11,7 +11,7 @@ import Synchronization
 /// of a chat, is one record; a megabyte Rread is 17.
 ///
 /// A record that does not decrypt ends the connection: the stream cannot be trusted after it.
-public final class SecureTransport: MessageTransport {
+public final class SecureTransport: FileRegionSending {
   /// Most plaintext in one record.
   public static let maxRecordPlaintext = NoiseHandshake.maxMessageSize - NoiseCipherState.tagSize
   /// Most bytes of one record on the wire, its size prefix included.
@@ -52,6 +52,29 @@ public final class SecureTransport: MessageTransport {
     }
   }
 
+  /// Sends `header` and the bytes of `file` as one message, read from the file a record's
+  /// worth at a time: a megabyte Rread is never whole in memory.
+  public func send(header: [UInt8], file: FileRegion) throws(TransportError) {
+    try outbound.withLock { cipher throws(TransportError) in
+      var plaintext = header
+      plaintext.reserveCapacity(Self.maxRecordPlaintext)
+      var region = FileRegion(descriptor: file.descriptor, offset: file.offset, count: 0)
+      var rest = file.count
+      while true {
+        region.count = min(rest, Self.maxRecordPlaintext - plaintext.count)
+        // house: the file is read under it, a record at a time, as its job is the sends.
+        if region.count > 0 { plaintext += try region.contents() }
+        rest -= region.count
+        region.offset += Int64(region.count)
+        for record in try Self.seal(plaintext[...], with: &cipher) {
+          try underlying.send(record)
+        }
+        guard rest > 0 else { return }
+        plaintext.removeAll(keepingCapacity: true)
+      }
+    }
+  }
+
   public func sendWithoutWaiting(header: [UInt8], payload: ArraySlice<UInt8>)
     throws(TransportError) -> Bool
   {
@@ -81,7 +104,7 @@ public final class SecureTransport: MessageTransport {
           return nil
         }
         do throws(SecureChannelError) {
-          state.assembler.append(try state.cipher.decrypt(record[4...]))
+          try state.cipher.decrypt(record[4...]) { state.assembler.append($0) }
         } catch {
           throw .secureChannel(reason: error.description)
         }

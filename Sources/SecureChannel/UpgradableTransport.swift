@@ -30,7 +30,7 @@ public final class UpgradableTransport: FileRegionSending {
     guard let channel = secure.withLock({ $0 }) else {
       return try plain.send(header: header, file: file)
     }
-    try channel.send(header + file.contents())
+    try channel.send(header: header, file: file)
   }
 
   public func sendWithoutWaiting(header: [UInt8], payload: ArraySlice<UInt8>)

@@ -64,6 +64,25 @@ final class SecureTransportTests: XCTestCase {
     XCTAssertEqual(try client.receive(limit: 8192), Message.rflush.encoded(tag: 9))
   }
 
+  /// A file region goes out a record at a time, and arrives as the one message it is.
+  func testAFileRegionArrivesAsOneMessage() throws {
+    let (client, board, _, _) = try channel()
+    let path = NSTemporaryDirectory() + "secure-region-\(getpid())"
+    let contents = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+    XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data(contents)))
+    defer { unlink(path) }
+    let descriptor = open(path, O_RDONLY)
+    defer { close(descriptor) }
+    let count = 200_001
+    let header = Message.rreadHeader(tag: 3, count: count)
+    let sender = Thread {
+      try? board.send(
+        header: header, file: FileRegion(descriptor: descriptor, offset: 1000, count: count))
+    }
+    sender.start()
+    XCTAssertEqual(try client.receive(limit: 1 << 20), header + contents[1000..<1000 + count])
+  }
+
   func testAnAlteredRecordEndsTheConnection() throws {
     let (_, board, fd, _) = try channel()
     // A record of the right size with a ciphertext the board's key did not make.
