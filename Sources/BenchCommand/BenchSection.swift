@@ -20,6 +20,7 @@ enum BenchSections {
       MetadataSection.self,
       DirectorySection.self,
       ChatDeliverySection.self,
+      SecureChannelSection.self,
       DaemonSection.self,
       BLESection.self,
       PeopleSection.self,
