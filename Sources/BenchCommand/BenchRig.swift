@@ -242,7 +242,9 @@ final class BenchRig: Sendable {
 
   // MARK: - Mounts
 
-  /// `mount9bbs -f` of `address` on `WORK/NAME`, once mounted.
+  /// `mount9bbs -f` of `address` on `WORK/NAME`, once mounted. Plain 9P (`secure=off`) unless
+  /// `options` say otherwise (or `binary`, a --baseline build, may not know the option): the sections measure the 9P client, and section 4b the secure
+  /// channel's cost against it.
   func mount(
     _ name: String, address: String, options: [String] = [], binary: String? = nil,
     uname: String? = nil
@@ -254,7 +256,10 @@ final class BenchRig: Sendable {
       return $0.mounts
     }
     var arguments = ["-f", "-o", "uname=\(uname ?? "bench\(number)")"]
-    for option in options { arguments += ["-o", option] }
+    // A --baseline binary may predate the option (and the channel).
+    let plain =
+      binary != nil || options.contains { $0.hasPrefix("secure=") } ? [] : ["secure=off"]
+    for option in plain + options { arguments += ["-o", option] }
     arguments += [address, work + "/" + name]
     return try MountedFS.start(
       binary ?? mount9bbs, arguments, mountpoint: work + "/" + name, kind: "mount9bbs",

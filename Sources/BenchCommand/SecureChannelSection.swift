@@ -69,7 +69,7 @@ struct SecureChannelSection: BenchSection {
       return target
     }
     let plain = try mount("plain", room: "r01", options: ["secure=off"])
-    let secure = try mount("secure", room: "r02", options: [])
+    let secure = try mount("secure", room: "r02", options: ["secure=auto"])
 
     try startFollowers(targets, run: token)
     try checkChannels(plain: plain, secure: secure)
