@@ -170,7 +170,7 @@ let package = Package(
       name: "BBSMountTests",
       dependencies: [
         "BBSMount", "FuseKit", "NinePClient", "BBSServer", "BBSIdentity", "TestSupport",
-        "TerminalText", "SecureChannel",
+        "TerminalText", "SecureChannel", "BBSDiscovery",
       ]),
     .testTarget(
       name: "ChatTerminalTests",

@@ -72,6 +72,9 @@ public struct CachedBoard: Sendable, Hashable, Codable {
     }
   }
 
+  /// Whether the board advertises the secure channel (TXT `secure=`, from `9bbsd --advertise`).
+  public var advertisesSecureChannel: Bool { kind == .lan && txt?["secure"] != nil }
+
   /// The features the board announces (9PIS Features, or the TXT `features=`).
   public var features: [String] {
     switch kind {

@@ -1,8 +1,10 @@
+import BBSDiscovery
 import BBSIdentity
 import Logging
 import NinePClient
 import NinePTransport
 import SecureChannel
+import TerminalText
 
 /// Sets up the secure channel (docs/authentication.md §6) on each connection a mount dials to a
 /// TCP board, before anything is signed: asks for it, checks the key the board proves in the
@@ -13,7 +15,23 @@ struct ChannelOpener: Sendable {
   let pins: BoardPins
   /// The addresses the user named for the board (see ``BoardAnswerer``).
   let board: [String]
+  /// Addresses whose board a LAN scan saw advertising the channel (mDNS TXT `secure=`, in the
+  /// discovery cache): a plain answer there is refused, as for `secure=required`.
+  let advertised: Set<String>
   let logger: Logger
+
+  init(
+    mode: ParsedOptions.SecureMode, pins: BoardPins, board: [String],
+    cache: DiscoveryCache = DiscoveryCache(), logger: Logger
+  ) {
+    self.mode = mode
+    self.pins = pins
+    self.board = board
+    advertised = Set(
+      cache.boards().filter(\.advertisesSecureChannel).flatMap { $0.dialCandidates }.map(
+        \.description))
+    self.logger = logger
+  }
 
   func open(_ transport: any MessageTransport, within timeout: Duration) throws(NinePError)
     -> any MessageTransport
@@ -50,15 +68,23 @@ struct ChannelOpener: Sendable {
         transport.close()
         throw .authentication(.boardRefused("\(stripped)"))
       }
+      if advertised.contains(address) {
+        transport.close()
+        throw .authentication(
+          .boardRefused(
+            "the board at \(address) advertises the secure channel (mDNS TXT secure=, in \(DiscoveryCache.defaultPath)), but answered without it ('\(said)'): something on the way may be stripping it. Refusing"
+          ))
+      }
       guard mode == .required else {
         logger.info(
-          "\(address) does not offer the secure channel (it answered '\(said)'): plain 9P")
+          "\(address) does not offer the secure channel (it answered '\(TerminalText.escaped(said))'): plain 9P"
+        )
         return transport
       }
       transport.close()
       throw .authentication(
         .boardRefused(
-          "the board at \(address) does not offer the secure channel (it answered '\(said)'), and secure=required; a relay may be stripping it"
+          "the board at \(address) does not offer the secure channel (it answered '\(TerminalText.escaped(said))'), and secure=required; a relay may be stripping it"
         ))
     case .secure(let channel, let payload, let signedHash):
       do {

@@ -1,3 +1,4 @@
+import BBSDiscovery
 import BBSIdentity
 import Foundation
 import NinePTransport
@@ -144,5 +145,25 @@ final class SecureChannelMountTests: XCTestCase {
     XCTAssertNotEqual(result.status, 0, result.output)
     XCTAssertTrue(result.output.contains("now answers without it"), result.output)
     XCTAssertFalse(board.log.contains("authenticated"), board.log)
+  }
+
+  /// A board a LAN scan saw advertising the channel (TXT `secure=`, in the discovery cache) that
+  /// answers without it is refused at first contact, with no pin.
+  func testABoardAdvertisingTheChannelThatAnswersWithoutItIsRefused() throws {
+    let board = try startServerProcess(extra: ["--secure", "off"])
+    guard case .tcp(let host, let port) = try TransportAddress(parsing: board.address) else {
+      return XCTFail("not TCP: \(board.address)")
+    }
+    let cacheHome = directory + "/cache"
+    try DiscoveryCache(path: cacheHome + "/mount9bbs/boards.json").record(
+      CachedBoard(
+        kind: .lan, name: "GRID9", address: host, port: port,
+        txt: ["version": "9P2000", "secure": "noise1"]))
+    let result = try runBuilt(
+      "mount9bbs", ["-f", "-o", "uname=guest", board.address, mountpoint],
+      environment: ["XDG_CACHE_HOME": cacheHome])
+    XCTAssertNotEqual(result.status, 0, result.output)
+    XCTAssertTrue(result.output.contains("advertises the secure channel"), result.output)
+    XCTAssertFalse(isMounted(mountpoint))
   }
 }
