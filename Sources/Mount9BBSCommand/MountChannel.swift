@@ -50,60 +50,75 @@ struct ChannelOpener: Sendable {
     }
     let offer: SecureChannel.Offer
     do {
-      offer = try SecureChannel.ask(over: transport, timeout: timeout)
-    } catch .peerLeft {
-      transport.close()
-      throw .transport(
-        .secureChannel(
-          reason:
-            "\(address) hung up when asked for it; a 9P server that hangs up on a version it does not know needs -o secure=off"
-        ))
+      offer = try SecureChannel.ask(over: transport, timeout: timeout) {
+        payload, signedHash throws(SecureChannelError) in
+        try check(payload, signedHash, at: address)
+      }
     } catch {
       transport.close()
-      throw .transport(.secureChannel(reason: "\(error) (with \(address))"))
+      switch error {
+      case .boardRefused(let why): throw .authentication(.boardRefused(why))
+      case .peerLeft:
+        throw .transport(
+          .secureChannel(
+            reason:
+              "\(address) hung up when asked for it; a 9P server that hangs up on a version it does not know needs -o secure=off"
+          ))
+      default: throw .transport(.secureChannel(reason: "\(error) (with \(address))"))
+      }
     }
     switch offer {
-    case .plain(let said):
-      if let stripped = pins.strippedChannel(at: address, serverSaid: said) {
-        transport.close()
-        throw .authentication(.boardRefused("\(stripped)"))
-      }
-      if advertised.contains(address) {
-        transport.close()
-        throw .authentication(
-          .boardRefused(
-            "the board at \(address) advertises the secure channel (mDNS TXT secure=, in \(DiscoveryCache.defaultPath)), but answered without it ('\(said)'): something on the way may be stripping it. Refusing"
-          ))
-      }
-      guard mode == .required else {
+    case .secure(let channel):
+      logger.info(
+        "secure channel to \(address) (\(NoiseHandshake.protocolName)), board key \(channel.security?.boardKey.flatMap(BoardKey.init(publicKey:))?.fingerprint ?? "none")"
+      )
+      return channel
+    case .plain(let serverSaid):
+      let said = TerminalText.escaped(serverSaid)
+      guard let refusal = plainRefusal(at: address, serverSaid: serverSaid) else {
         logger.info(
-          "\(address) does not offer the secure channel (it answered '\(TerminalText.escaped(said))'): plain 9P"
-        )
+          "\(address) does not offer the secure channel (it answered '\(said)'): plain 9P")
         return transport
       }
       transport.close()
-      throw .authentication(
-        .boardRefused(
-          "the board at \(address) does not offer the secure channel (it answered '\(TerminalText.escaped(said))'), and secure=required; a relay may be stripping it"
-        ))
-    case .secure(let channel, let payload, let signedHash):
-      do {
-        let boardKey = try ChannelProof.verify(payload, handshakeHash: signedHash)
-        _ = try pins.check(boardKey, at: address, sameBoard: board)
-        logger.info(
-          "secure channel to \(address) (\(NoiseHandshake.protocolName)), board key \(boardKey?.fingerprint ?? "none")"
-        )
-      } catch let rejection as ChallengeResponse.Rejection {
-        channel.close()
-        throw .authentication(
-          .boardRefused(
-            "the board at \(address) did not prove its key in the secure channel's handshake (\(rejection)); refusing it"
-          ))
-      } catch {
-        channel.close()
-        throw .authentication(.boardRefused("\(error)"))
-      }
-      return channel
+      throw .authentication(.boardRefused(refusal))
     }
+  }
+
+  /// The board key the handshake's payload proves, once checked against the pins; throws to
+  /// refuse the board before the client's last handshake message.
+  private func check(_ payload: [UInt8], _ signedHash: [UInt8], at address: String)
+    throws(SecureChannelError) -> [UInt8]?
+  {
+    let boardKey: BoardKey?
+    do {
+      boardKey = try ChannelProof.verify(payload, handshakeHash: signedHash)
+    } catch {
+      throw .boardRefused(
+        "the board at \(address) did not prove its key in the secure channel's handshake (\(error)); refusing it"
+      )
+    }
+    do {
+      _ = try pins.check(boardKey, at: address, sameBoard: board)
+    } catch {
+      throw .boardRefused("\(error)")
+    }
+    return boardKey?.publicKey
+  }
+
+  /// Why a board that answered plain (`serverSaid`) is refused, or nil to go on plain: its pin
+  /// says it used the channel, a scan saw it advertise the channel, or secure=required.
+  private func plainRefusal(at address: String, serverSaid: String) -> String? {
+    if let stripped = pins.strippedChannel(at: address, serverSaid: serverSaid) {
+      return "\(stripped)"
+    }
+    let said = TerminalText.escaped(serverSaid)
+    if advertised.contains(address) {
+      return
+        "the board at \(address) advertises the secure channel (mDNS TXT secure=, in \(DiscoveryCache.defaultPath)), but answered without it ('\(said)'): something on the way may be stripping it. Refusing"
+    }
+    guard mode == .required else { return nil }
+    return
+      "the board at \(address) does not offer the secure channel (it answered '\(said)'), and secure=required; a relay may be stripping it"
   }
 }

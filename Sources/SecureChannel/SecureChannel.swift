@@ -1,8 +1,6 @@
 import Crypto
-import Dispatch
 import NinePProtocol
 import NinePTransport
-import Synchronization
 
 /// Asking for the secure channel and setting it up, on a connection that has just opened.
 ///
@@ -14,8 +12,9 @@ import Synchronization
 ///
 /// The version string is the Noise prologue, so a handshake that follows another request
 /// fails. The board's handshake payload is its key's proof (BBSIdentity's `ChannelProof`),
-/// made and checked by the caller: this module knows records and ciphers, not whose keys
-/// are trusted.
+/// made (`accept`'s `proof`) and checked (`ask`'s `accept`, before the client's last message)
+/// by closures of the caller: this module knows records and ciphers, not whose keys are
+/// trusted.
 public enum SecureChannel {
   /// The version a client asks for and an offering board echoes.
   public static let version = "9P2000.9bbs-noise1"
@@ -25,17 +24,20 @@ public enum SecureChannel {
     /// No channel: the server answered `version` (9P2000 or unknown) or refused it with this
     /// text. The connection is plain, its 9P session not yet started.
     case plain(serverSaid: String)
-    /// The channel is up; `boardPayload` is what the board sent in the handshake, to be
-    /// checked (with `signedHash`, what it signs) before the transport is used.
-    case secure(SecureTransport, boardPayload: [UInt8], signedHash: [UInt8])
+    /// The channel is up, its board's payload accepted.
+    case secure(SecureTransport)
   }
 
   // MARK: - Client
 
   /// Asks for the channel on a freshly dialled `transport` and sets it up if the board
-  /// offers it. Gives up after `timeout`, closing `transport`.
+  /// offers it. `accept` checks the board's payload against the hash it signs, before the
+  /// client's last handshake message goes out, and returns the board key it proves (nil:
+  /// none); it throws (``SecureChannelError/boardRefused(_:)``) to refuse the board. Gives up
+  /// after `timeout`, closing `transport`.
   public static func ask(
     over transport: any MessageTransport, timeout: Duration,
+    accept: ([UInt8], [UInt8]) throws(SecureChannelError) -> [UInt8]?,
     staticKey: Curve25519.KeyAgreement.PrivateKey = .init()
   ) throws(SecureChannelError) -> Offer {
     try withDeadline(timeout, closing: transport) { () throws(SecureChannelError) -> Offer in
@@ -53,13 +55,13 @@ public enum SecureChannel {
         role: .initiator, prologue: Array(version.utf8), staticKey: staticKey)
       try transport.sendRecord(try handshake.writeMessage(payload: []))
       let (payload, signedHash) = try handshake.readMessage(try transport.receiveRecord())
+      let boardKey = try accept(payload, signedHash)
       try transport.sendRecord(try handshake.writeMessage(payload: []))
       let (send, receive) = try handshake.split()
-      let boardKey = payload.count >= 32 ? Array(payload.prefix(32)) : nil
-      let secure = SecureTransport(
-        over: transport, send: send, receive: receive,
-        security: ChannelSecurity(binding: handshake.handshakeHash, boardKey: boardKey))
-      return .secure(secure, boardPayload: payload, signedHash: signedHash)
+      return .secure(
+        SecureTransport(
+          over: transport, send: send, receive: receive,
+          security: ChannelSecurity(binding: handshake.handshakeHash, boardKey: boardKey)))
     }
   }
 
@@ -105,29 +107,15 @@ public enum SecureChannel {
     _ timeout: Duration, closing transport: any MessageTransport,
     _ body: () throws(SecureChannelError) -> T
   ) throws(SecureChannelError) -> T {
-    let state = Mutex((finished: false, expired: false))
-    DispatchQueue.global().asyncAfter(deadline: .now() + timeout.timeInterval) {
-      let expire = state.withLock { state -> Bool in
-        guard !state.finished else { return false }
-        state.expired = true
-        return true
-      }
-      if expire { transport.close() }
-    }
+    let watchdog = Watchdog(after: timeout) { transport.close() }
     do throws(SecureChannelError) {
       let result = try body()
-      let expired = state.withLock { state -> Bool in
-        state.finished = true
-        return state.expired
-      }
-      if expired { throw .timedOut }
+      watchdog.cancel()
+      if watchdog.fired { throw .timedOut }
       return result
     } catch {
-      let expired = state.withLock { state -> Bool in
-        state.finished = true
-        return state.expired
-      }
-      throw expired ? .timedOut : error
+      watchdog.cancel()
+      throw watchdog.fired ? .timedOut : error
     }
   }
 

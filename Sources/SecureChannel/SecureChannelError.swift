@@ -16,6 +16,8 @@ public enum SecureChannelError: Error, Sendable, Equatable, CustomStringConverti
   case crypto(String)
   /// The server answered the request for the channel with something that is not 9P.
   case notNineP(String)
+  /// The client would not go on with this board (its proof or its key); the text says why.
+  case boardRefused(String)
 
   public var description: String {
     switch self {
@@ -28,6 +30,7 @@ public enum SecureChannelError: Error, Sendable, Equatable, CustomStringConverti
     case .timedOut: "the handshake did not finish in time"
     case .crypto(let what): what
     case .notNineP(let what): "the server's answer is not 9P (\(what))"
+    case .boardRefused(let why): why
     }
   }
 }

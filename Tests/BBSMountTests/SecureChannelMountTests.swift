@@ -119,6 +119,9 @@ final class SecureChannelMountTests: XCTestCase {
     XCTAssertNotEqual(result.status, 0, result.output)
     XCTAssertTrue(result.output.contains("but the key pinned for it is"), result.output)
     XCTAssertFalse(board.log.contains("Tauth"), board.log)
+    // Refused before the client's last handshake message: the board's channel never came up.
+    XCTAssertTrue(waitUntil(timeout: 5) { board.log.contains("secure channel refused") }, board.log)
+    XCTAssertFalse(board.log.contains("secure channel up"), board.log)
   }
 
   /// A board pinned over the secure channel that later answers without it (a relay stripping

@@ -24,7 +24,7 @@ final class SecureTransportTests: XCTestCase {
 
   /// The channel set up between the two ends: the board's side on a thread of its own.
   private func channel(payload: [UInt8] = []) throws -> (
-    client: SecureTransport, board: SecureTransport, fd: Int32, signedHash: [UInt8]
+    client: SecureTransport, board: SecureTransport, fd: Int32
   ) {
     let (client, board, fd) = try socketPair()
     let boardSide = Result<SecureTransport, SecureChannelError>.Box()
@@ -38,18 +38,23 @@ final class SecureTransportTests: XCTestCase {
       }
     }
     thread.start()
+    var received: [UInt8]?
     guard
-      case .secure(let secure, let received, let hash) = try SecureChannel.ask(
-        over: client, timeout: .seconds(5))
+      case .secure(let secure) = try SecureChannel.ask(
+        over: client, timeout: .seconds(5),
+        accept: { payload, _ in
+          received = payload
+          return nil
+        })
     else { throw SecureChannelError.notNineP("plain") }
     XCTAssertEqual(received, payload)
     let boardTransport = try boardSide.get()
     XCTAssertEqual(secure.security?.binding, boardTransport.security?.binding)
-    return (secure, boardTransport, fd, hash)
+    return (secure, boardTransport, fd)
   }
 
   func testMessagesOfEverySizeArriveWhole() throws {
-    let (client, board, _, _) = try channel(payload: Array("proof".utf8))
+    let (client, board, _) = try channel(payload: Array("proof".utf8))
     for size in [
       24, 100, SecureTransport.maxRecordPlaintext, SecureTransport.maxRecordPlaintext + 1, 1 << 20,
     ] {
@@ -66,7 +71,7 @@ final class SecureTransportTests: XCTestCase {
 
   /// A file region goes out a record at a time, and arrives as the one message it is.
   func testAFileRegionArrivesAsOneMessage() throws {
-    let (client, board, _, _) = try channel()
+    let (client, board, _) = try channel()
     let path = NSTemporaryDirectory() + "secure-region-\(getpid())"
     let contents = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
     XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data(contents)))
@@ -84,7 +89,7 @@ final class SecureTransportTests: XCTestCase {
   }
 
   func testAnAlteredRecordEndsTheConnection() throws {
-    let (_, board, fd, _) = try channel()
+    let (_, board, fd) = try channel()
     // A record of the right size with a ciphertext the board's key did not make.
     let forged = SecureTransport.record([UInt8](repeating: 0x41, count: 40))
     XCTAssertEqual(forged.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }, forged.count)
@@ -102,7 +107,9 @@ final class SecureTransportTests: XCTestCase {
       try? board.sendRaw([0xFF, 0xFF, 0xFF, 0x7F, 1, 2, 3, 4])
     }
     thread.start()
-    XCTAssertThrowsError(try SecureChannel.ask(over: client, timeout: .seconds(5))) {
+    XCTAssertThrowsError(
+      try SecureChannel.ask(over: client, timeout: .seconds(5), accept: { _, _ in nil })
+    ) {
       guard case .notNineP = $0 as? SecureChannelError else { return XCTFail("\($0)") }
     }
   }
@@ -110,7 +117,9 @@ final class SecureTransportTests: XCTestCase {
   func testASilentServerTimesOut() throws {
     let (client, _, _) = try socketPair()
     let start = Date()
-    XCTAssertThrowsError(try SecureChannel.ask(over: client, timeout: .milliseconds(300))) {
+    XCTAssertThrowsError(
+      try SecureChannel.ask(over: client, timeout: .milliseconds(300), accept: { _, _ in nil })
+    ) {
       XCTAssertEqual($0 as? SecureChannelError, .timedOut)
     }
     XCTAssertLessThan(Date().timeIntervalSince(start), 5)

@@ -1,17 +1,16 @@
 import Dispatch
-import NinePTransport
 import Synchronization
 
-/// Runs an action once after a delay unless cancelled first: the handshake closes a transport
-/// whose server does not answer Tversion in time.
-final class Watchdog: Sendable {
+/// Runs an action once after a delay unless cancelled first: a handshake (Tversion, the secure
+/// channel's) closes a transport whose peer does not answer in time.
+public final class Watchdog: Sendable {
   private struct State {
     var done = false
     var fired = false
   }
   private let state = Mutex(State())
 
-  init(after delay: Duration, action: @escaping @Sendable () -> Void) {
+  public init(after delay: Duration, action: @escaping @Sendable () -> Void) {
     DispatchQueue.global().asyncAfter(deadline: .now() + delay.timeInterval) { [self] in
       let run = state.withLock { state -> Bool in
         guard !state.done else { return false }
@@ -24,9 +23,9 @@ final class Watchdog: Sendable {
   }
 
   /// Whether the action ran.
-  var fired: Bool { state.withLock { $0.fired } }
+  public var fired: Bool { state.withLock { $0.fired } }
 
-  func cancel() {
+  public func cancel() {
     state.withLock { $0.done = true }
   }
 }
