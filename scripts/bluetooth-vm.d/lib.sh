@@ -67,6 +67,22 @@ radio_quiet() {
     RADIO_PID=
 }
 
+# advertising_restore INDEX: hciINDEX advertises connectable again through the kernel
+# (btmgmt's Advertising setting), as guest-main set it up, once no board's advertisement is left
+# on it. Stop the board first: when bluetoothd takes 9bbsd's advertisement off (9bbsd exited),
+# the kernel (6.1) switches advertising off even with the setting on, so turning the setting on
+# before that leaves the controller silent and every later connect fails. The setting is
+# switched off and on, so the controller is told again whatever the kernel thought it was.
+advertising_restore() {
+    local i=$1
+    wait_for 10 no_advertisements "$i" || echo "hci$i: advertisements still registered: $(mgmt --index "$i" advinfo | tail -n 1)"
+    mgmt --index "$i" advertising off > /dev/null
+    mgmt --index "$i" connectable on > /dev/null
+    mgmt --index "$i" advertising on > /dev/null
+    mgmt --index "$i" info | grep 'current settings' | grep -w connectable | grep -qw advertising
+}
+no_advertisements() { mgmt --index "$1" advinfo | grep -q 'Instances list with 0 items'; }
+
 # Seconds since the guest kernel started.
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
 
