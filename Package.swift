@@ -36,6 +36,8 @@ let package = Package(
       name: "CAvahi", pkgConfig: "avahi-client", providers: [.apt(["libavahi-client-dev"])]),
     .systemLibrary(
       name: "CNcursesw", pkgConfig: "ncursesw", providers: [.apt(["libncurses-dev"])]),
+    .systemLibrary(
+      name: "COpenSSLCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
 
     // Pure 9P2000 codec: messages, qids, stats, error strings <-> errno. No I/O.
     .target(name: "NinePProtocol"),
@@ -59,12 +61,14 @@ let package = Package(
         .product(name: "DequeModule", package: "swift-collections"),
       ]),
 
-    // The secure channel: Noise_XX_25519_ChaChaPoly_SHA256 on swift-crypto, asked for with a
-    // Tversion, and 9P messages in its encrypted records.
+    // The secure channel: Noise_XX_25519_ChaChaPoly_SHA256 on swift-crypto (the handshake) and
+    // OpenSSL's libcrypto (records sealed in place), asked for with a Tversion, and 9P messages
+    // in its encrypted records.
     .target(
       name: "SecureChannel",
       dependencies: [
-        "NinePProtocol", "NinePTransport", .product(name: "Crypto", package: "swift-crypto"),
+        "NinePProtocol", "NinePTransport", "COpenSSLCrypto",
+        .product(name: "Crypto", package: "swift-crypto"),
       ]),
 
     // Who you are: Ed25519 / P-256 keys (our files, OpenSSH's, ssh-agent's), identities and
@@ -155,7 +159,8 @@ let package = Package(
     .testTarget(
       name: "BBSServerTests",
       dependencies: [
-        "BBSServer", "BBSIdentity", "NinePProtocol", "NinePTransport", "SecureChannel", "TestSupport",
+        "BBSServer", "BBSIdentity", "NinePProtocol", "NinePTransport", "SecureChannel",
+        "TestSupport",
       ]),
     .testTarget(name: "BBSIdentityTests", dependencies: ["BBSIdentity", "TestSupport"]),
     .testTarget(

@@ -21,13 +21,22 @@ public struct FileRegion: Sendable {
   /// was made) are zeros, so the message keeps the length its header promised.
   public func contents() throws(TransportError) -> [UInt8] {
     var bytes = [UInt8](repeating: 0, count: count)
+    var failure: TransportError?
+    bytes.withUnsafeMutableBytes { raw in
+      do throws(TransportError) { try read(into: raw) } catch { failure = error }
+    }
+    if let failure { throw failure }
+    return bytes
+  }
+
+  /// Reads the region into `buffer` (`count` bytes of it), as ``contents()`` does, but where
+  /// the caller wants them: a secure channel's record, sealed where it lies.
+  public func read(into buffer: UnsafeMutableRawBufferPointer) throws(TransportError) {
+    precondition(buffer.count >= count, "a region read into a smaller buffer")
     var done = 0
     while done < count {
-      let got = bytes.withUnsafeMutableBytes { raw in
-        pread(
-          descriptor, raw.baseAddress.map { $0 + done }, count - done,
-          off_t(offset) + off_t(done))
-      }
+      let got = pread(
+        descriptor, buffer.baseAddress.map { $0 + done }, count - done, off_t(offset) + off_t(done))
       if got > 0 {
         done += got
       } else if got == 0 {
@@ -36,7 +45,10 @@ public struct FileRegion: Sendable {
         throw .io(operation: "read file", errno: errno)
       }
     }
-    return bytes
+    if done < count {
+      UnsafeMutableRawBufferPointer(rebasing: buffer[done..<count]).initializeMemory(
+        as: UInt8.self, repeating: 0)
+    }
   }
 }
 

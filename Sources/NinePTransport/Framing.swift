@@ -32,6 +32,32 @@ public struct FrameAssembler: Sendable {
     buffer.append(contentsOf: bytes)
   }
 
+  /// Appends `count` bytes that `fill` writes where they will lie (a record decrypted into the
+  /// buffer, say), instead of copying them in from elsewhere. If `fill` throws, nothing is
+  /// appended.
+  public mutating func append(
+    count: Int, fill: (UnsafeMutableRawBufferPointer) throws(TransportError) -> Void
+  ) throws(TransportError) {
+    if start > 0, start >= buffer.count / 2 {
+      buffer.removeFirst(start)
+      start = 0
+    }
+    let old = buffer.count
+    buffer.append(contentsOf: repeatElement(0, count: count))
+    var failure: TransportError?
+    buffer.withUnsafeMutableBytes { bytes in
+      do throws(TransportError) {
+        try fill(UnsafeMutableRawBufferPointer(rebasing: bytes[old...]))
+      } catch {
+        failure = error
+      }
+    }
+    if let failure {
+      buffer.removeLast(count)
+      throw failure
+    }
+  }
+
   /// The size announced by the message at the head of the buffer, once its prefix is complete.
   public var pendingMessageSize: UInt32? {
     guard bufferedByteCount >= 4 else { return nil }

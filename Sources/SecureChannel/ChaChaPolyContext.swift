@@ -9,10 +9,10 @@ import COpenSSLCrypto
 /// (`perf record -a`), those copies cost the board three times what the cipher did, and held a
 /// large read over the channel to a third of plain. Here a record's bytes are sealed in the
 /// buffer that goes to the socket, and opened straight into the message they belong to.
+// @unchecked Sendable: the context holds the key and the state of one operation at a time, and
+// each NoiseCipherState using it is used by one thread at a time (a transport holds each
+// direction's under its own lock; a handshake runs on one thread).
 final class ChaChaPolyContext: @unchecked Sendable {
-  // @unchecked: the context holds the key and the state of one operation at a time; each
-  // NoiseCipherState using it is used by one thread at a time (a transport holds each
-  // direction's under its own lock, a handshake runs on one thread).
   private let context: OpaquePointer
 
   static let keySize = 32

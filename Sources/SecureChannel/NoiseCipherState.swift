@@ -1,57 +1,43 @@
-import Crypto
-import Foundation
-
 /// Noise's CipherState (the Noise Protocol Framework, revision 34, §5.1) for ChaChaPoly: a key
 /// and a 64-bit nonce counted up by every message, encoded as 32 zero bits then the counter
 /// little-endian. Each direction of a channel has one, so each message has its own nonce and a
 /// reordered, replayed or dropped record fails the next decryption.
+///
+/// A copy shares the cipher context of the original (the nonce is its own): use one of them,
+/// from one thread at a time.
 public struct NoiseCipherState: Sendable {
   /// Bytes of ChaChaPoly's authentication tag at the end of each ciphertext.
-  public static let tagSize = 16
+  public static let tagSize = ChaChaPolyContext.tagSize
 
-  /// The key's bytes (swift-crypto's SymmetricKey is not Sendable here; making one per record
-  /// costs nothing next to the cipher).
   private var keyBytes: [UInt8]?
+  /// Made from the key on first use.
+  private var context: ChaChaPolyContext?
   private var nonce: UInt64 = 0
 
   init(key: [UInt8]? = nil) { keyBytes = key }
-
-  private var key: SymmetricKey? { keyBytes.map { SymmetricKey(data: $0) } }
 
   /// Whether a key was mixed in (before that, "encryption" is the identity, as the spec says).
   var hasKey: Bool { keyBytes != nil }
 
   /// Encrypts `plaintext` with `associatedData`; without a key returns it as it is.
-  public mutating func encrypt(_ plaintext: some DataProtocol, associatedData: [UInt8] = [])
+  public mutating func encrypt(_ plaintext: [UInt8], associatedData: [UInt8] = [])
     throws(SecureChannelError) -> [UInt8]
   {
-    var sealed: [UInt8] = []
-    try encrypt(plaintext, associatedData: associatedData, appendingTo: &sealed)
+    guard hasKey else { return plaintext }
+    var sealed = plaintext + [UInt8](repeating: 0, count: Self.tagSize)
+    var failure: SecureChannelError?
+    sealed.withUnsafeMutableBytes { bytes in
+      do throws(SecureChannelError) {
+        try seal(
+          inPlace: UnsafeMutableRawBufferPointer(rebasing: bytes[..<plaintext.count]),
+          tag: UnsafeMutableRawBufferPointer(rebasing: bytes[plaintext.count...]),
+          associatedData: associatedData)
+      } catch {
+        failure = error
+      }
+    }
+    if let failure { throw failure }
     return sealed
-  }
-
-  /// Encrypts like ``encrypt(_:associatedData:)``, appending the ciphertext and tag to `out`
-  /// (a record's size prefix, say), so a large record is copied once.
-  public mutating func encrypt(
-    _ plaintext: some DataProtocol, associatedData: [UInt8] = [], appendingTo out: inout [UInt8]
-  ) throws(SecureChannelError) {
-    guard let key else {
-      out.append(contentsOf: plaintext)
-      return
-    }
-    guard nonce < .max else { throw .exhausted }
-    let box: ChaChaPoly.SealedBox
-    do {
-      box = try ChaChaPoly.seal(
-        plaintext, using: key, nonce: try Self.chachaNonce(nonce), authenticating: associatedData)
-    } catch {
-      throw .crypto("ChaChaPoly encryption failed: \(error)")
-    }
-    nonce += 1
-    out.reserveCapacity(out.count + box.ciphertext.count + Self.tagSize)
-    // Through raw buffers: appending a Data element by element is slow.
-    box.ciphertext.withUnsafeBytes { out.append(contentsOf: $0) }
-    box.tag.withUnsafeBytes { out.append(contentsOf: $0) }
   }
 
   /// Decrypts and authenticates `ciphertext` (tag at the end); without a key returns it as it
@@ -59,37 +45,80 @@ public struct NoiseCipherState: Sendable {
   public mutating func decrypt(_ ciphertext: ArraySlice<UInt8>, associatedData: [UInt8] = [])
     throws(SecureChannelError) -> [UInt8]
   {
-    var plaintext: [UInt8] = []
-    try decrypt(ciphertext, associatedData: associatedData) { plaintext = Array($0) }
+    guard hasKey else { return Array(ciphertext) }
+    guard ciphertext.count >= Self.tagSize else { throw .badRecord }
+    var plaintext = [UInt8](repeating: 0, count: ciphertext.count - Self.tagSize)
+    var failure: SecureChannelError?
+    ciphertext.withUnsafeBytes { record in
+      plaintext.withUnsafeMutableBytes { output in
+        do throws(SecureChannelError) {
+          try open(record, into: output, associatedData: associatedData)
+        } catch {
+          failure = error
+        }
+      }
+    }
+    if let failure { throw failure }
     return plaintext
   }
 
-  /// Decrypts like ``decrypt(_:associatedData:)``, handing the plaintext to `take` where it
-  /// lies (a record's bytes go once into the reader's buffer).
-  public mutating func decrypt(
-    _ ciphertext: ArraySlice<UInt8>, associatedData: [UInt8] = [],
-    into take: (UnsafeRawBufferPointer) -> Void
+  /// Encrypts `text` where it lies and writes the tag to `tag` (16 bytes): a record is sealed
+  /// in the buffer that goes to the socket.
+  /// - Precondition: a key was mixed in.
+  public mutating func seal(
+    inPlace text: UnsafeMutableRawBufferPointer, tag: UnsafeMutableRawBufferPointer,
+    associatedData: [UInt8] = []
   ) throws(SecureChannelError) {
-    guard let key else { return ciphertext.withUnsafeBytes(take) }
-    guard nonce < .max else { throw .exhausted }
-    guard ciphertext.count >= Self.tagSize else { throw .badRecord }
-    let body = ciphertext.prefix(ciphertext.count - Self.tagSize)
-    let tag = ciphertext.suffix(Self.tagSize)
-    let opened: Data
-    do {
-      let box = try ChaChaPoly.SealedBox(
-        nonce: try Self.chachaNonce(nonce), ciphertext: body, tag: tag)
-      opened = try ChaChaPoly.open(box, using: key, authenticating: associatedData)
-    } catch {
-      throw .badRecord
+    let context = try readyContext()
+    let sealed = withNonce { nonce in
+      associatedData.withUnsafeBytes {
+        context.seal(text, tag: tag, nonce: nonce, associatedData: $0)
+      }
     }
+    guard sealed else { throw .crypto("ChaChaPoly encryption failed") }
     nonce += 1
-    opened.withUnsafeBytes(take)
   }
 
-  private static func chachaNonce(_ counter: UInt64) throws -> ChaChaPoly.Nonce {
-    var bytes = [UInt8](repeating: 0, count: 12)
-    for index in 0..<8 { bytes[4 + index] = UInt8(truncatingIfNeeded: counter >> (8 * index)) }
-    return try ChaChaPoly.Nonce(data: bytes)
+  /// Decrypts `record` (ciphertext, then the 16-byte tag) into `plaintext`, which has room for
+  /// exactly the ciphertext (a message's own storage, say; it may be `record`'s memory). A failed
+  /// check throws `badRecord`, leaves the nonce unchanged, and `plaintext` holds nothing to use.
+  /// - Precondition: a key was mixed in.
+  public mutating func open(
+    _ record: UnsafeRawBufferPointer, into plaintext: UnsafeMutableRawBufferPointer,
+    associatedData: [UInt8] = []
+  ) throws(SecureChannelError) {
+    guard record.count >= Self.tagSize, plaintext.count == record.count - Self.tagSize else {
+      throw .badRecord
+    }
+    let context = try readyContext()
+    let split = record.count - Self.tagSize
+    let opened = withNonce { nonce in
+      associatedData.withUnsafeBytes {
+        context.open(
+          UnsafeRawBufferPointer(rebasing: record[..<split]),
+          tag: UnsafeRawBufferPointer(rebasing: record[split...]), into: plaintext, nonce: nonce,
+          associatedData: $0)
+      }
+    }
+    guard opened else { throw .badRecord }
+    nonce += 1
+  }
+
+  private mutating func readyContext() throws(SecureChannelError) -> ChaChaPolyContext {
+    guard nonce < .max else { throw .exhausted }
+    if let context { return context }
+    guard let keyBytes else { throw .crypto("a cipher used before its key") }
+    let made = try ChaChaPolyContext(key: keyBytes)
+    context = made
+    return made
+  }
+
+  /// Calls `body` with this message's 12-byte nonce.
+  private func withNonce<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+    var bytes = (
+      UInt32(0), UInt32(truncatingIfNeeded: nonce).littleEndian,
+      UInt32(truncatingIfNeeded: nonce >> 32).littleEndian
+    )
+    return withUnsafeBytes(of: &bytes) { body($0) }
   }
 }

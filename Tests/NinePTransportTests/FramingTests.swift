@@ -188,6 +188,21 @@ final class FrameAssemblerTests: XCTestCase {
     }
   }
 
+  /// Bytes written in place (a decrypted record) join the buffer as appended ones do; a fill
+  /// that throws appends nothing.
+  func testAppendingInPlace() throws {
+    let message = patternMessage(tag: 4, length: 3000)
+    var assembler = FrameAssembler()
+    assembler.append(message.prefix(100))
+    try assembler.append(count: message.count - 100) { (buffer) throws(TransportError) in
+      message[100...].withUnsafeBytes { buffer.copyMemory(from: $0) }
+    }
+    XCTAssertThrowsError(
+      try assembler.append(count: 50) { (_) throws(TransportError) in throw .closed })
+    XCTAssertEqual(try assembler.nextMessage(limit: 65536), message)
+    XCTAssertEqual(assembler.bufferedByteCount, 0)
+  }
+
   func testDrain() {
     var assembler = FrameAssembler()
     assembler.append([1, 2, 3])

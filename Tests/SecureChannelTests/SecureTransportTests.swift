@@ -88,6 +88,52 @@ final class SecureTransportTests: XCTestCase {
     XCTAssertEqual(try client.receive(limit: 1 << 20), header + contents[1000..<1000 + count])
   }
 
+  /// Records are cut as the sender likes: ours start each message in a record of its own, but
+  /// a peer may end a large message mid-record and go on with the next, or send a message in
+  /// many small records. Each message still arrives whole, in order.
+  func testRecordsCutAnywhereStillGiveWholeMessages() throws {
+    let (_, board, fd) = try socketPair()
+    let key = [UInt8](repeating: 7, count: 32)
+    let receiver = SecureTransport(
+      over: board, send: NoiseCipherState(key: [UInt8](repeating: 8, count: 32)),
+      receive: NoiseCipherState(key: key), security: ChannelSecurity(binding: [], boardKey: nil))
+    let large = Message.twrite(
+      fid: 1, offset: 0, data: (0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 13) }[...]
+    ).encoded(tag: 1)
+    let small = Message.tclunk(fid: 3).encoded(tag: 3)
+    let stream = large + small + large
+    // Three full records and one that holds the first message's end, all of the second and the
+    // start of the third; then the rest in records of 999 bytes.
+    var cuts = [65_519, 65_519, 65_519, 5_000]
+    var cut = cuts.reduce(0, +)
+    while cut < stream.count {
+      cuts.append(min(999, stream.count - cut))
+      cut += cuts.last ?? 0
+    }
+    var sender = NoiseCipherState(key: key)
+    var wire: [UInt8] = []
+    var offset = 0
+    for count in cuts {
+      wire += try SecureTransport.record(count, with: &sender) { text in
+        SecureTransport.copy(stream[offset..<offset + count], to: text)
+      }
+      offset += count
+    }
+    let bytes = wire
+    let writer = Thread {
+      var written = 0
+      while written < bytes.count {
+        let n = bytes[written...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        guard n > 0 else { return }
+        written += n
+      }
+    }
+    writer.start()
+    XCTAssertEqual(try receiver.receive(limit: 1 << 20), large)
+    XCTAssertEqual(try receiver.receive(limit: 1 << 20), small)
+    XCTAssertEqual(try receiver.receive(limit: 1 << 20), large)
+  }
+
   func testAnAlteredRecordEndsTheConnection() throws {
     let (_, board, fd) = try channel()
     // A record of the right size with a ciphertext the board's key did not make.
