@@ -144,19 +144,22 @@ public final class InMemoryBoardStore: BoardStore {
   }
 
   public func saveBoardMessage(_ message: BoardMessage) {
-    state.withLock {
-      var list = $0.messages[message.room] ?? []
-      if let index = list.firstIndex(where: { $0.id == message.id }) {
-        list[index] = message
+    // Changed where it lies: a copy taken out and put back would copy the whole room.
+    state.withLock { state in
+      if let index = state.messages[message.room]?.lastIndex(where: { $0.id == message.id }) {
+        state.messages[message.room]?[index] = message
       } else {
-        list.append(message)
+        state.messages[message.room, default: []].append(message)
       }
-      $0.messages[message.room] = list
     }
   }
 
   public func deleteBoardMessage(room: String, id: UInt32) {
-    state.withLock { $0.messages[room]?.removeAll { $0.id == id } }
+    // A full room drops its oldest: found at the front.
+    state.withLock { state in
+      guard let index = state.messages[room]?.firstIndex(where: { $0.id == id }) else { return }
+      state.messages[room]?.remove(at: index)
+    }
   }
 
   public func etcValues() -> [EtcField: String] { state.withLock { $0.etc } }

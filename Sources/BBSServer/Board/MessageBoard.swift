@@ -5,11 +5,48 @@ import Synchronization
 /// Twrite (docs/board-facts.md §1.4, §1.6). Thread-safe.
 public final class MessageBoard: Sendable {
   private struct Room {
-    var messages: [BoardMessage] = []
+    /// In creation order; changed only through the methods below, so `ids` follows it.
+    private(set) var messages: [BoardMessage] = []
+    /// The ids of `messages`: a flood's every post asks whether its id is taken.
+    private(set) var ids: Set<UInt32> = []
     /// Raw text written so far per message id, to reparse chunked writes (default profile).
     var drafts: [UInt32: [UInt8]] = [:]
     /// Messages created and not written yet, not stored (``BoardLimits/refusesEmptyPosts``).
     var unwritten: Set<UInt32> = []
+
+    init(messages: [BoardMessage] = []) {
+      self.messages = messages
+      ids = Set(messages.map(\.id))
+    }
+
+    /// Where the message `id` is, looked for from the newest (the one being written, mostly).
+    func index(of id: UInt32) -> Int? {
+      ids.contains(id) ? messages.lastIndex { $0.id == id } : nil
+    }
+
+    mutating func append(_ message: BoardMessage) {
+      messages.append(message)
+      ids.insert(message.id)
+    }
+
+    /// Removes and returns the `count` oldest messages.
+    mutating func dropOldest(_ count: Int) -> [BoardMessage] {
+      let dropped = Array(messages.prefix(count))
+      messages.removeFirst(dropped.count)
+      for old in dropped { ids.remove(old.id) }
+      return dropped
+    }
+
+    mutating func remove(id: UInt32) {
+      guard let index = index(of: id) else { return }
+      messages.remove(at: index)
+      ids.remove(id)
+    }
+
+    /// Puts `message` in the place of the message with its id.
+    mutating func replace(at index: Int, with message: BoardMessage) {
+      messages[index] = message
+    }
   }
   private struct State {
     var order: [String] = []
@@ -92,10 +129,10 @@ public final class MessageBoard: Sendable {
   /// One message by id.
   public func message(in room: String, id: UInt32) throws(BoardError) -> BoardMessage {
     try state.withLock { state throws(BoardError) in
-      guard let found = state.rooms[room]?.messages.first(where: { $0.id == id }) else {
+      guard let entry = state.rooms[room], let index = entry.index(of: id) else {
         throw BoardError.notFound
       }
-      return found
+      return entry.messages[index]
     }
   }
 
@@ -114,15 +151,16 @@ public final class MessageBoard: Sendable {
     let date = limits.clock == .uptime ? clock.uptimeMillis : clock.wallMillis
     var dropped: [BoardMessage] = []
     let message = try state.withLock { state throws(BoardError) -> BoardMessage in
-      guard var entry = state.rooms[room] else { throw BoardError.notFound }
+      // Taken out of the table and put back, so changing it does not copy the whole room.
+      guard var entry = state.rooms.removeValue(forKey: room) else { throw BoardError.notFound }
+      defer { state.rooms[room] = entry }
       var id = requested
-      if id == 0 { id = (entry.messages.map(\.id).max() ?? 0) &+ 1 }
-      guard !entry.messages.contains(where: { $0.id == id }) else { throw BoardError.exists }
+      if id == 0 { id = (entry.ids.max() ?? 0) &+ 1 }
+      guard !entry.ids.contains(id) else { throw BoardError.exists }
       if entry.messages.count >= limits.messagesPerRoom {
         guard limits.roomsAreRings else { throw BoardError.noSpace }
         let excess = entry.messages.count - limits.messagesPerRoom + 1
-        dropped = Array(entry.messages.prefix(excess))
-        entry.messages.removeFirst(excess)
+        dropped = entry.dropOldest(excess)
         for old in dropped {
           entry.drafts[old.id] = nil
           entry.unwritten.remove(old.id)
@@ -131,9 +169,8 @@ public final class MessageBoard: Sendable {
       state.sequence += 1
       let message = BoardMessage(
         room: room, id: id, author: who, date: date, signature: who, sequence: state.sequence)
-      entry.messages.append(message)
+      entry.append(message)
       if limits.refusesEmptyPosts { entry.unwritten.insert(id) }
-      state.rooms[room] = entry
       return message
     }
     do throws(BoardError) {
@@ -142,7 +179,7 @@ public final class MessageBoard: Sendable {
     } catch {
       // Not stored, so not created: the client gets the error and nothing is left behind.
       state.withLock { state in
-        state.rooms[room]?.messages.removeAll { $0.id == message.id }
+        state.rooms[room]?.remove(id: message.id)
         state.rooms[room]?.unwritten.remove(message.id)
       }
       logger.error(
@@ -165,7 +202,7 @@ public final class MessageBoard: Sendable {
   public func discardIfUnwritten(in room: String, id: UInt32) -> Bool {
     let discarded = state.withLock { state -> Bool in
       guard state.rooms[room]?.unwritten.remove(id) != nil else { return false }
-      state.rooms[room]?.messages.removeAll { $0.id == id }
+      state.rooms[room]?.remove(id: id)
       state.rooms[room]?.drafts[id] = nil
       return true
     }
@@ -193,9 +230,11 @@ public final class MessageBoard: Sendable {
     }
     var previous: (message: BoardMessage, draft: [UInt8]?, unwritten: Bool)?
     let updated = try state.withLock { state throws(BoardError) -> BoardMessage in
-      guard var entry = state.rooms[room],
-        let index = entry.messages.firstIndex(where: { $0.id == id })
-      else { throw BoardError.notFound }
+      // Taken out of the table and put back, so changing it does not copy the whole room
+      // (nothing in it changes before the last throw below).
+      guard var entry = state.rooms.removeValue(forKey: room) else { throw BoardError.notFound }
+      defer { state.rooms[room] = entry }
+      guard let index = entry.index(of: id) else { throw BoardError.notFound }
       previous = (entry.messages[index], entry.drafts[id], entry.unwritten.contains(id))
       var raw: [UInt8]
       if limits.messageWriteReplaces {
@@ -214,9 +253,8 @@ public final class MessageBoard: Sendable {
       message.body = body
       if limits.refusesEmptyPosts && Self.isBlank(message) { throw BoardError.invalidArgument }
       if !limits.messageWriteReplaces { entry.drafts[id] = raw }
-      entry.messages[index] = message
+      entry.replace(at: index, with: message)
       entry.unwritten.remove(id)
-      state.rooms[room] = entry
       return entry.messages[index]
     }
     do throws(BoardError) {
@@ -224,10 +262,8 @@ public final class MessageBoard: Sendable {
     } catch {
       if let previous {
         state.withLock { state in
-          guard let index = state.rooms[room]?.messages.firstIndex(where: { $0.id == id }) else {
-            return
-          }
-          state.rooms[room]?.messages[index] = previous.message
+          guard let index = state.rooms[room]?.index(of: id) else { return }
+          state.rooms[room]?.replace(at: index, with: previous.message)
           state.rooms[room]?.drafts[id] = previous.draft
           if previous.unwritten { state.rooms[room]?.unwritten.insert(id) }
         }
